@@ -1,0 +1,41 @@
+# Toron — see README.md. `make help` lists the targets.
+GO        ?= go
+BIN       := bin/toron
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -s -w -X main.version=$(VERSION)
+FUZZTIME  ?= 30s
+PKGS      := ./...
+
+.PHONY: help build run test vet deps lint fuzz bench bench-go bench-compare clean
+
+help: #? list the targets
+	@grep -E '^[a-z-]+:.*#\?' $(MAKEFILE_LIST) | sed -E 's/:.*#\?/\t/' | sort
+
+build: #? build bin/toron (static)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) .
+
+run: build #? start the gateway in demo mode on 127.0.0.1:8080 with built-in upstreams
+	./$(BIN) -demo
+
+test: vet deps #? vet, import-direction check, all tests with -race (fuzz seeds included)
+	$(GO) test -race -shuffle=on -timeout 20m $(PKGS)
+
+vet: #? go vet
+	$(GO) vet $(PKGS)
+
+lint: vet #? gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+deps: #? fail when a leaf package imports conf, gateway, zap or another leaf
+	@bash scripts/check-deps.sh
+
+fuzz: #? run each fuzz target for FUZZTIME
+	@bash scripts/fuzz.sh $(FUZZTIME)
+
+bench: bench-go #? Go benchmarks (-benchmem) and the load-test comparison
+
+bench-go:
+	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
+
+clean: #? remove build output
+	rm -rf bin out

@@ -1,0 +1,126 @@
+// Package conf loads, defaults and validates Toron's configuration: config.yaml (key server and
+// log), routes.yaml (key routes) and the TORON_SERVER__* / TORON_LOG__* environment, in the order
+// built-in defaults < files < environment (SPEC 1-2). A loaded Config is immutable; a reload builds
+// a whole new one.
+package conf
+
+import "time"
+
+// Config is one complete, validated configuration.
+type Config struct {
+	// Server holds the server-wide settings of config.yaml.
+	Server Server `koanf:"server" json:"server"`
+	// Log holds the log settings of config.yaml.
+	Log Log `koanf:"log" json:"log"`
+	// Routes is the route table of routes.yaml, in file order, each with its effective values.
+	Routes []Route `koanf:"routes" json:"routes"`
+
+	// ConfigFile and RoutesFile name the files this configuration came from ("" in demo mode).
+	ConfigFile string `koanf:"-" json:"config_file"`
+	RoutesFile string `koanf:"-" json:"routes_file"`
+	// Warnings are the non-fatal findings of validation (the elevated-budget warning), one line each.
+	Warnings []string `koanf:"-" json:"warnings,omitempty"`
+}
+
+// Server holds the server settings (config.yaml, key server). Every field has a default (SPEC 2).
+type Server struct {
+	// Host and Port are the listener address; defaults 0.0.0.0 and 8080.
+	Host string `koanf:"host" json:"host"`
+	Port int    `koanf:"port" json:"port"`
+	// WorkerPoolSize bounds the requests processed at once; default 128.
+	WorkerPoolSize int `koanf:"worker_pool_size" json:"worker_pool_size"`
+	// WorkerQueueTimeout is how long a request may wait for a worker; default 50ms.
+	WorkerQueueTimeout time.Duration `koanf:"worker_queue_timeout" json:"worker_queue_timeout"`
+	// ElevatedShare is the share of workers all elevated routes may hold together; default 0.25.
+	ElevatedShare float64 `koanf:"elevated_share" json:"elevated_share"`
+	// MaxConnections bounds open client connections; default 64 × WorkerPoolSize.
+	MaxConnections int `koanf:"max_connections" json:"max_connections"`
+	// ReadTimeout is the absolute header deadline and the sliding body window; default 5s.
+	ReadTimeout time.Duration `koanf:"read_timeout" json:"read_timeout"`
+	// WriteTimeout is the sliding window for writes to the client; default 5s.
+	WriteTimeout time.Duration `koanf:"write_timeout" json:"write_timeout"`
+	// ResponseHeaderTimeout bounds the wait for upstream response headers; default 10s.
+	ResponseHeaderTimeout time.Duration `koanf:"response_header_timeout" json:"response_header_timeout"`
+	// ConnectTimeout bounds dialing an upstream; default 3s.
+	ConnectTimeout time.Duration `koanf:"connect_timeout" json:"connect_timeout"`
+	// IdleTimeout is the keep-alive wait for a client's next request; default = ReadTimeout.
+	IdleTimeout time.Duration `koanf:"idle_timeout" json:"idle_timeout"`
+	// UpstreamIdleTimeout is how long an idle upstream connection is kept; default 30s.
+	UpstreamIdleTimeout time.Duration `koanf:"upstream_idle_timeout" json:"upstream_idle_timeout"`
+	// MaxBodyBytes is the body ceiling in bytes; default 4194304 (4 MiB).
+	MaxBodyBytes int64 `koanf:"max_body_bytes" json:"max_body_bytes"`
+	// MaxHeaderBytes bounds the request line plus headers in bytes (431 above); default 8192.
+	MaxHeaderBytes int64 `koanf:"max_header_bytes" json:"max_header_bytes"`
+	// MinProgressBytes is the anti-drip minimum per window, reading and writing; default 1024.
+	MinProgressBytes int64 `koanf:"min_progress_bytes" json:"min_progress_bytes"`
+	// StreamThresholdBytes: bodies above it (or chunked) stream; default 65536.
+	StreamThresholdBytes int64 `koanf:"stream_threshold_bytes" json:"stream_threshold_bytes"`
+	// InboundChunkedMode is "normalize" (default) or "passthrough" (SPEC 7).
+	InboundChunkedMode string `koanf:"inbound_chunked_mode" json:"inbound_chunked_mode"`
+	// ShutdownTimeout bounds the graceful drain; default 30s.
+	ShutdownTimeout time.Duration `koanf:"shutdown_timeout" json:"shutdown_timeout"`
+	// DrainDelay is how long /health says draining before the listener closes; default 5s.
+	DrainDelay time.Duration `koanf:"drain_delay" json:"drain_delay"`
+	// HealthPath and MetricsPath are served by the gateway itself; defaults /health and /metrics.
+	HealthPath  string `koanf:"health_path" json:"health_path"`
+	MetricsPath string `koanf:"metrics_path" json:"metrics_path"`
+}
+
+// Log holds the log settings (config.yaml, key log).
+type Log struct {
+	// Level is a zap level name; default "info".
+	Level string `koanf:"level" json:"level"`
+	// Format is "json" (default) or "console".
+	Format string `koanf:"format" json:"format"`
+	// Access turns the one-line-per-request access log on; default true.
+	Access bool `koanf:"access" json:"access"`
+}
+
+// Route is one entry of routes.yaml. The override fields are pointers: nil means "inherit the
+// server value". Load fills Effective.
+type Route struct {
+	Type    string   `koanf:"type" json:"type"`
+	Name    string   `koanf:"name" json:"name"`
+	Prefix  string   `koanf:"prefix" json:"prefix"`
+	Host    string   `koanf:"host" json:"host,omitempty"`
+	Methods []string `koanf:"methods" json:"methods,omitempty"`
+	Target  string   `koanf:"target" json:"target"`
+
+	MaxBodyBytes          *int64         `koanf:"max_body_bytes" json:"-"`
+	ReadTimeout           *time.Duration `koanf:"read_timeout" json:"-"`
+	WriteTimeout          *time.Duration `koanf:"write_timeout" json:"-"`
+	ResponseHeaderTimeout *time.Duration `koanf:"response_header_timeout" json:"-"`
+	ConnectTimeout        *time.Duration `koanf:"connect_timeout" json:"-"`
+	MinProgressBytes      *int64         `koanf:"min_progress_bytes" json:"-"`
+	InboundChunkedMode    *string        `koanf:"inbound_chunked_mode" json:"-"`
+	MaxConcurrency        *int           `koanf:"max_concurrency" json:"-"`
+	MaxUpstreamConns      *int           `koanf:"max_upstream_conns" json:"-"`
+	StreamRequestBody     *bool          `koanf:"stream_request_body" json:"-"`
+
+	// Effective holds the values in force for this route once defaults, overrides and the
+	// guardrail are applied.
+	Effective Effective `koanf:"-" json:"effective"`
+}
+
+// Effective is a route's resolved settings.
+type Effective struct {
+	MaxBodyBytes          int64         `json:"max_body_bytes"`
+	ReadTimeout           time.Duration `json:"read_timeout"`
+	WriteTimeout          time.Duration `json:"write_timeout"`
+	ResponseHeaderTimeout time.Duration `json:"response_header_timeout"`
+	ConnectTimeout        time.Duration `json:"connect_timeout"`
+	MinProgressBytes      int64         `json:"min_progress_bytes"`
+	InboundChunkedMode    string        `json:"inbound_chunked_mode"`
+	// MaxConcurrency is the bulkhead size; 0 means unlimited.
+	MaxConcurrency int `json:"max_concurrency"`
+	// MaxConcurrencySource is "explicit", "guardrail" or "unlimited".
+	MaxConcurrencySource string `json:"max_concurrency_source"`
+	// MaxUpstreamConns is the upstream pool size: explicit, else MaxConcurrency, else 512.
+	MaxUpstreamConns int `json:"max_upstream_conns"`
+	// StreamRequestBody is "auto", "always" or "never".
+	StreamRequestBody string `json:"stream_request_body"`
+	// Elevated is true when any limit exceeds the server's (SPEC 2 guardrail); ElevatedReasons
+	// names each one, e.g. "max_body_bytes 209715200 > server 4194304".
+	Elevated        bool     `json:"elevated"`
+	ElevatedReasons []string `json:"elevated_reasons,omitempty"`
+}

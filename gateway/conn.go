@@ -1,0 +1,181 @@
+package gateway
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/valyala/fasthttp"
+)
+
+// listener wraps the gateway's TCP listener so that every client connection is a *clientConn:
+// the one place where a request's admission state, the client socket's deadlines and the
+// lingering close live. It also knows every open connection, for toron_connections_open and for
+// closing what is left when shutdown_timeout runs out.
+type listener struct {
+	net.Listener
+	g *Gateway
+
+	mu    sync.Mutex
+	conns map[*clientConn]struct{}
+	open  atomic.Int64
+}
+
+func newListener(ln net.Listener, g *Gateway) *listener {
+	return &listener{Listener: ln, g: g, conns: make(map[*clientConn]struct{})}
+}
+
+// Accept wraps each accepted connection in a clientConn.
+func (l *listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	cc := &clientConn{Conn: c, ln: l}
+	cc.x.conn = cc
+	l.mu.Lock()
+	l.conns[cc] = struct{}{}
+	l.mu.Unlock()
+	l.open.Add(1)
+	return cc, nil
+}
+
+// closeAll closes every open client connection: the end of a shutdown whose in-flight requests
+// did not finish within shutdown_timeout.
+func (l *listener) closeAll() {
+	l.mu.Lock()
+	conns := make([]*clientConn, 0, len(l.conns))
+	for c := range l.conns {
+		conns = append(conns, c)
+	}
+	l.mu.Unlock()
+	for _, c := range conns {
+		c.forceClose()
+	}
+}
+
+func (l *listener) forget(c *clientConn) {
+	l.mu.Lock()
+	delete(l.conns, c)
+	l.mu.Unlock()
+	l.open.Add(-1)
+}
+
+// Lingering close: a rejection sent while the client is still sending its body reaches the client
+// as a reset (the kernel answers unread data with RST) unless the connection is half-closed and
+// drained briefly first, as Go's net/http closeWriteAndWait does.
+const (
+	lingerTimeout  = 500 * time.Millisecond
+	lingerMaxBytes = 256 << 10
+)
+
+// clientConn is one client connection. fasthttp serves a connection from a single goroutine,
+// one request at a time, so the exchange embedded here is the state of the request in progress:
+// decided in the HeaderReceived hook, used by the handler and the error handler, and released by
+// Close if nothing else did (a client that vanished before its handler ran).
+type clientConn struct {
+	net.Conn
+	ln *listener
+
+	x exchange
+
+	linger atomic.Bool
+	closed atomic.Bool
+
+	// writeWindow is the sliding write deadline window of the request being answered (SPEC 5);
+	// writeDeadline is the deadline currently armed.
+	writeWindow   time.Duration
+	writeDeadline time.Time
+}
+
+// Write writes to the client under a sliding deadline: the deadline is pushed forward by the
+// write window whenever less than half of it remains, so a large response to a slow but live
+// client completes while a client that stops reading is cut after one window. The deadline is
+// re-armed only when needed, which keeps the system calls amortised (SPEC 5). fasthttp's own
+// WriteTimeout is off: it would be absolute for the whole response.
+func (c *clientConn) Write(p []byte) (int, error) {
+	if w := c.writeWindow; w > 0 {
+		now := time.Now()
+		if c.writeDeadline.Sub(now) < w/2 {
+			c.writeDeadline = now.Add(w)
+			if err := c.Conn.SetWriteDeadline(c.writeDeadline); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// Close releases whatever the request in progress still holds, then closes the connection,
+// lingering first when a rejection left body bytes in flight.
+func (c *clientConn) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	c.x.abandon()
+	if c.linger.Load() {
+		c.lingerClose()
+	}
+	err := c.Conn.Close()
+	c.ln.forget(c)
+	return err
+}
+
+// forceClose closes the socket without lingering; the connection's goroutine sees the error and
+// runs Close itself.
+func (c *clientConn) forceClose() {
+	_ = c.Conn.Close()
+}
+
+func (c *clientConn) lingerClose() {
+	tc, ok := c.Conn.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	if tc.CloseWrite() != nil {
+		return
+	}
+	if tc.SetReadDeadline(time.Now().Add(lingerTimeout)) != nil {
+		return
+	}
+	buf := lingerBufPool.Get().(*[]byte)
+	defer lingerBufPool.Put(buf)
+	for total := 0; total < lingerMaxBytes; {
+		n, err := tc.Read(*buf)
+		total += n
+		if err != nil {
+			return
+		}
+	}
+}
+
+var lingerBufPool = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+
+// connOf returns the clientConn of a request. Every connection the gateway serves comes from
+// its listener, so anything else is a programming error.
+func connOf(ctx *fasthttp.RequestCtx) *clientConn {
+	cc, ok := ctx.Conn().(*clientConn)
+	if !ok {
+		panic("BUG: gateway: request on a connection that did not come from the gateway's listener")
+	}
+	return cc
+}
+
+// headerOffset is the offset of Request.Header inside RequestCtx.
+var headerOffset = unsafe.Offsetof((*fasthttp.RequestCtx)(nil).Request) +
+	unsafe.Offsetof((*fasthttp.Request)(nil).Header)
+
+// ctxOfHeader returns the RequestCtx whose Request.Header is h.
+//
+// Why: fasthttp's Server.HeaderReceived hook runs after the headers and before the first body
+// byte, which is the only moment a verdict can be reached without waiting for the body (SPEC 3
+// steps 4-7), but it receives only the header. fasthttp v1.78 calls it as
+// HeaderReceived(&ctx.Request.Header) (server.go, serveConn), so the header is embedded in the
+// connection's RequestCtx at a fixed offset; stepping back from it yields the context and, through
+// ctx.Conn(), our clientConn, where the verdict is stored without a map or an allocation.
+// TestCtxOfHeader guards this assumption against a fasthttp upgrade.
+func ctxOfHeader(h *fasthttp.RequestHeader) *fasthttp.RequestCtx {
+	return (*fasthttp.RequestCtx)(unsafe.Add(unsafe.Pointer(h), -int(headerOffset)))
+}

@@ -1,0 +1,128 @@
+package gateway
+
+import (
+	"errors"
+	"net"
+	"os"
+	"syscall"
+
+	"github.com/valyala/fasthttp"
+
+	"toron/limits"
+)
+
+// rejection is a status the gateway answers itself, with its JSON body (SPEC 3: one key,
+// "error", starting with the status code and reason phrase; never echoing request bytes).
+type rejection struct {
+	status     int
+	reason     reason
+	body       []byte
+	retryAfter bool // Retry-After: 5 (the 503s of admission)
+}
+
+func newRejection(status int, r reason, text string, retryAfter bool) *rejection {
+	return &rejection{status: status, reason: r, body: []byte(`{"error":"` + text + `"}`), retryAfter: retryAfter}
+}
+
+// The exact texts of SPEC 3, and the other errors in the same shape.
+var (
+	rejBodyTooLarge = newRejection(fasthttp.StatusRequestEntityTooLarge, reasonBodyTooLarge,
+		"413 Payload Too Large: request Content-Length exceeds effective route limit", false)
+	rejBodyTooLargeStream = newRejection(fasthttp.StatusRequestEntityTooLarge, reasonBodyTooLarge,
+		"413 Payload Too Large: request body exceeds effective route limit", false)
+	rejConcurrency = newRejection(fasthttp.StatusServiceUnavailable, reasonConcurrency,
+		"503 Service Unavailable: Route concurrency limit reached", true)
+	rejElevatedBudget = newRejection(fasthttp.StatusServiceUnavailable, reasonElevatedBudget,
+		"503 Service Unavailable: Route concurrency limit reached", true)
+	rejWorkers = newRejection(fasthttp.StatusServiceUnavailable, reasonWorkersSaturated,
+		"503 Service Unavailable: Worker pool saturated", true)
+	rejUpstreamTimeout = newRejection(fasthttp.StatusGatewayTimeout, reasonUpstreamTimeout,
+		"504 Gateway Timeout: Upstream response header timeout expired", false)
+	rejNoRoute = newRejection(fasthttp.StatusNotFound, reasonNoRoute,
+		"404 Not Found: no route matches the request", false)
+	rejHeaderTooLarge = newRejection(fasthttp.StatusRequestHeaderFieldsTooLarge, reasonHeaderTooLarge,
+		"431 Request Header Fields Too Large: request line and headers exceed max_header_bytes", false)
+	rejBadRequest = newRejection(fasthttp.StatusBadRequest, reasonBadRequest,
+		"400 Bad Request: malformed request", false)
+	rejUpgrade = newRejection(fasthttp.StatusNotImplemented, reasonBadRequest,
+		"501 Not Implemented: connection upgrades are not supported", false)
+	rejReadTimeout = newRejection(fasthttp.StatusRequestTimeout, reasonReadTimeout,
+		"408 Request Timeout: the request did not arrive in time", false)
+	rejUpstreamRefused = newRejection(fasthttp.StatusBadGateway, reasonUpstreamError,
+		"502 Bad Gateway: upstream connection refused", false)
+	rejUpstreamDialTimeout = newRejection(fasthttp.StatusBadGateway, reasonUpstreamError,
+		"502 Bad Gateway: upstream connect timeout", false)
+	rejUpstreamReset = newRejection(fasthttp.StatusBadGateway, reasonUpstreamError,
+		"502 Bad Gateway: upstream closed the connection before its response headers", false)
+	rejUpstreamBad = newRejection(fasthttp.StatusBadGateway, reasonUpstreamError,
+		"502 Bad Gateway: upstream response could not be read", false)
+	rejInternal = newRejection(fasthttp.StatusInternalServerError, reasonNone,
+		"500 Internal Server Error: the gateway failed to handle the request", false)
+)
+
+// admissionRejection maps an admission error of package limits to its answer.
+func admissionRejection(err error) *rejection {
+	switch {
+	case errors.Is(err, limits.ErrBodyTooLarge):
+		return rejBodyTooLarge
+	case errors.Is(err, limits.ErrConcurrency):
+		return rejConcurrency
+	case errors.Is(err, limits.ErrElevatedBudget):
+		return rejElevatedBudget
+	case errors.Is(err, limits.ErrWorkersSaturated):
+		return rejWorkers
+	}
+	panic("BUG: gateway: unknown admission error: " + err.Error())
+}
+
+// upstreamRejection maps an error of the upstream exchange (before response headers) to its
+// answer: 504 for the header timeout, 502 for everything else (SPEC 3 step 9).
+func upstreamRejection(err error) *rejection {
+	var dialErr *dialError
+	switch {
+	case errors.Is(err, errUpstreamHeaderTimeout):
+		return rejUpstreamTimeout
+	case errors.As(err, &dialErr):
+		if isTimeout(dialErr.err) {
+			return rejUpstreamDialTimeout
+		}
+		return rejUpstreamRefused
+	case errors.Is(err, fasthttp.ErrConnectionClosed), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, errStaleConn), errors.Is(err, net.ErrClosed):
+		return rejUpstreamReset
+	case errors.Is(err, fasthttp.ErrNoFreeConns), errors.Is(err, fasthttp.ErrTimeout):
+		return rejUpstreamDialTimeout
+	}
+	return rejUpstreamBad
+}
+
+// clientErrorRejection maps an error fasthttp met while reading a request (before our hook
+// decided, or in the body pre-read) to its answer. fasthttp's default handler answers these in
+// plain text; SPEC 3 wants our JSON.
+func clientErrorRejection(err error) *rejection {
+	var small *fasthttp.ErrSmallBuffer
+	switch {
+	case errors.As(err, &small):
+		return rejHeaderTooLarge
+	case isTimeout(err):
+		return rejReadTimeout
+	}
+	return rejBadRequest
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// isClientGone reports an error that means the client closed or reset its connection.
+func isClientGone(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, errClientEOF)
+}
+
+// errClientEOF marks a body that ended before its declared length: the client left mid-upload.
+var errClientEOF = errors.New("gateway: client closed the connection mid-body")

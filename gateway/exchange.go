@@ -1,0 +1,218 @@
+package gateway
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+)
+
+// localKind marks a request the gateway answers itself, without a route or a worker.
+type localKind uint8
+
+const (
+	localNone localKind = iota
+	localHealth
+	localMetrics
+)
+
+// exchange is the state of one request from its headers to its last response byte. It lives in
+// the clientConn (no allocation per request) and is reset by begin for each new request.
+//
+// Ownership: the slots taken at admission (route bulkhead, elevated budget, worker) are released
+// exactly once, by finish, which every path reaches: the handler for buffered answers, the
+// response stream's close for streamed ones, the error handler for requests cut before their
+// handler, and clientConn.Close for a client that vanished in between.
+type exchange struct {
+	g      *Gateway
+	conn   *clientConn
+	curCtx *fasthttp.RequestCtx
+
+	active atomic.Bool
+
+	snap  *snapshot
+	route *route
+	stats *routeStats
+
+	start         time.Time
+	local         localKind
+	rej           *rejection
+	bodyAnnounced bool
+
+	holdsRoute  bool
+	holdsBudget bool
+	holdsWorker bool
+
+	status     int
+	reason     reason
+	bytesIn    int64
+	bytesOut   int64
+	headerWait time.Duration
+
+	path  []byte // the normalized path: matched and forwarded
+	reqID []byte
+	scratch []byte
+
+	upResp *fasthttp.Response
+	body   bodyReader
+	rs     respStream
+}
+
+// begin starts the exchange of a new request on this connection. A previous request that was
+// never finished (fasthttp answered it without our handler) is finished first.
+func (x *exchange) begin(g *Gateway, ctx *fasthttp.RequestCtx) {
+	if x.active.Load() {
+		x.finish()
+	}
+	x.g = g
+	x.curCtx = ctx
+	x.snap = nil
+	x.route = nil
+	x.stats = g.none
+	x.start = time.Now()
+	x.local = localNone
+	x.rej = nil
+	x.bodyAnnounced = false
+	x.status = 0
+	x.reason = reasonNone
+	x.bytesIn = 0
+	x.bytesOut = 0
+	x.headerWait = 0
+	x.path = x.path[:0]
+	x.reqID = x.reqID[:0]
+	x.active.Store(true)
+}
+
+// reject records the answer the gateway gives instead of forwarding.
+func (x *exchange) reject(r *rejection) {
+	x.rej = r
+	x.status = r.status
+	x.reason = r.reason
+}
+
+// abandon finishes an exchange whose connection is closing. A request that was never answered
+// counts as 499: its client left.
+func (x *exchange) abandon() {
+	if !x.active.Load() {
+		return
+	}
+	if x.status == 0 {
+		x.status = statusClientClosed
+		x.reason = reasonClientAbort
+	}
+	x.finish()
+}
+
+// statusClientClosed is nginx's 499, used in metrics and logs for a client that left before its
+// answer (SPEC 8).
+const statusClientClosed = 499
+
+// finish releases the slots, releases the upstream response, counts the request and writes its
+// access line, exactly once.
+func (x *exchange) finish() {
+	if !x.active.CompareAndSwap(true, false) {
+		return
+	}
+	g := x.g
+	if x.upResp != nil {
+		fasthttp.ReleaseResponse(x.upResp)
+		x.upResp = nil
+	}
+	if x.holdsWorker {
+		x.holdsWorker = false
+		g.workers.Release()
+	}
+	if x.holdsBudget {
+		x.holdsBudget = false
+		g.budget.Release()
+	}
+	if x.holdsRoute {
+		x.holdsRoute = false
+		x.route.stats.bulkhead.Release()
+	}
+	st := x.stats
+	if x.local != localNone {
+		return
+	}
+	if x.reason != reasonNone {
+		st.rejected[x.reason].Inc()
+	}
+	st.codeCounter(x.status).Inc()
+	st.duration.UpdateDuration(x.start)
+	if x.headerWait > 0 {
+		st.headerWait.Update(x.headerWait.Seconds())
+	}
+	st.bodyIn.Add(int(x.bytesIn))
+	st.bodyOut.Add(int(x.bytesOut))
+	if g.access {
+		g.logAccess(x)
+	}
+}
+
+// logAccess writes the access line of SPEC 8.
+func (g *Gateway) logAccess(x *exchange) {
+	ce := g.log.Check(zap.InfoLevel, "request")
+	if ce == nil {
+		return
+	}
+	ctx := x.ctx()
+	var method, path []byte
+	var remote string
+	if ctx != nil {
+		method = ctx.Request.Header.Method()
+		remote = x.conn.RemoteAddr().String()
+	}
+	path = x.path
+	ce.Write(
+		zap.ByteString("request_id", x.reqID),
+		zap.String("route", x.stats.name),
+		zap.ByteString("method", method),
+		zap.ByteString("path", path),
+		zap.Int("status", x.status),
+		zap.Int64("bytes_in", x.bytesIn),
+		zap.Int64("bytes_out", x.bytesOut),
+		zap.Duration("duration", time.Since(x.start)),
+		zap.Duration("upstream_header_wait", x.headerWait),
+		zap.String("reject_reason", x.reason.String()),
+		zap.String("remote", remote),
+	)
+}
+
+// ctx returns the connection's RequestCtx (fasthttp keeps one per connection).
+func (x *exchange) ctx() *fasthttp.RequestCtx { return x.curCtx }
+
+// newIDPrefix returns a random per-process prefix for generated request ids.
+func newIDPrefix() string {
+	var b [6]byte
+	_, _ = io.ReadFull(rand.Reader, b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// maxRequestIDBytes bounds a client-supplied X-Request-Id; a longer or non-printable one is
+// replaced by a generated id (it ends up in logs and upstream headers).
+const maxRequestIDBytes = 128
+
+// setRequestID keeps a sane client X-Request-Id or generates prefix-counter.
+func (x *exchange) setRequestID(h *fasthttp.RequestHeader) {
+	if v := h.Peek("X-Request-Id"); len(v) > 0 && len(v) <= maxRequestIDBytes && printable(v) {
+		x.reqID = append(x.reqID[:0], v...)
+		return
+	}
+	x.reqID = append(x.reqID[:0], x.g.idPrefix...)
+	x.reqID = append(x.reqID, '-')
+	x.reqID = strconv.AppendUint(x.reqID, x.g.reqSeq.Add(1), 16)
+}
+
+func printable(b []byte) bool {
+	for _, c := range b {
+		if c <= ' ' || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}

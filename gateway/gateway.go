@@ -1,0 +1,233 @@
+// Package gateway is Toron's request path: the fasthttp server and its hooks, the route table,
+// admission, forwarding to upstreams, the error-to-status mapping, metrics and the access log.
+// It reads top to bottom in the order of SPEC 3; the leaves (limits, timeouts, streaming) know
+// nothing of configuration or logging.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"toron/conf"
+	"toron/limits"
+)
+
+// Gateway is one running Toron: a fasthttp server, the route table in force and the admission
+// state that outlives route tables (bulkheads, worker pool, elevated budget, metrics).
+type Gateway struct {
+	log    *zap.Logger
+	access bool
+
+	srv *fasthttp.Server
+	ln  *listener
+
+	snap atomic.Pointer[snapshot]
+
+	workers *limits.WorkerPool
+	budget  *limits.Bulkhead
+
+	set      *metrics.Set
+	stats    *statsRegistry
+	none     *routeStats
+	reloads  *metrics.Counter
+	reloadKO *metrics.Counter
+
+	draining atomic.Bool
+	reqSeq   atomic.Uint64
+	idPrefix string
+}
+
+// snapshot is one immutable route table with the configuration it came from. A request keeps
+// the snapshot it was admitted under, so a reload never moves an in-flight request.
+type snapshot struct {
+	cfg         *conf.Config
+	table       *routeTable
+	routes      []*route
+	healthPath  []byte
+	metricsPath []byte
+}
+
+// route is a configured route with its runtime parts.
+type route struct {
+	name   string
+	eff    conf.Effective
+	stats  *routeStats
+	client *fasthttp.HostClient
+}
+
+// New builds a gateway for cfg. It does not listen yet: call Serve or ListenAndServe.
+func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	set := metrics.NewSet()
+	g := &Gateway{
+		log:      log,
+		access:   cfg.Log.Access,
+		workers:  limits.NewWorkerPool(cfg.Server.WorkerPoolSize),
+		budget:   limits.NewBulkhead(cfg.ElevatedBudget()),
+		set:      set,
+		stats:    newStatsRegistry(set),
+		idPrefix: newIDPrefix(),
+	}
+	g.none = g.stats.get(noRoute)
+	g.reloads = set.NewCounter(metricReloads)
+	g.reloadKO = set.NewCounter(metricReloadErrors)
+	set.NewGauge(metricWorkersBusy, func() float64 { return float64(g.workers.Busy()) })
+	set.NewGauge(metricWorkersMax, func() float64 { return float64(g.workers.Size()) })
+	set.NewGauge(metricElevatedInflight, func() float64 { return float64(g.budget.InFlight()) })
+	set.NewGauge(metricConnectionsOpen, func() float64 {
+		if g.ln == nil {
+			return 0
+		}
+		return float64(g.ln.open.Load())
+	})
+
+	snap, err := g.buildSnapshot(cfg)
+	if err != nil {
+		return nil, err
+	}
+	g.snap.Store(snap)
+
+	s := &cfg.Server
+	g.srv = &fasthttp.Server{
+		Handler:        g.handle,
+		HeaderReceived: g.onHeaders,
+		ExpectHandler:  g.onExpect,
+		ErrorHandler:   g.onError,
+		// Concurrency counts connections, not requests (SPEC 12): the request-level bound is our
+		// worker pool.
+		Concurrency: s.MaxConnections,
+		// The read buffer bounds the request line and headers: above it fasthttp reports
+		// ErrSmallBuffer, answered 431.
+		ReadBufferSize: int(s.MaxHeaderBytes),
+		ReadTimeout:    s.ReadTimeout,
+		IdleTimeout:    s.IdleTimeout,
+		// Writes slide in clientConn.Write; fasthttp's WriteTimeout would be absolute.
+		WriteTimeout:                 0,
+		StreamRequestBody:            true,
+		DisablePreParseMultipartForm: true,
+		NoDefaultServerHeader:        true,
+		NoDefaultContentType:         true,
+		CloseOnShutdown:              true,
+		Logger:                       fasthttpLogger{log},
+	}
+	return g, nil
+}
+
+// buildSnapshot turns a validated configuration into a route table with upstream clients.
+func (g *Gateway) buildSnapshot(cfg *conf.Config) (*snapshot, error) {
+	snap := &snapshot{
+		cfg:         cfg,
+		healthPath:  []byte(cfg.Server.HealthPath),
+		metricsPath: []byte(cfg.Server.MetricsPath),
+	}
+	entries := make([]tableEntry, len(cfg.Routes))
+	for i := range cfg.Routes {
+		rc := &cfg.Routes[i]
+		hc, err := newHostClient(rc, &cfg.Server)
+		if err != nil {
+			return nil, err
+		}
+		st := g.stats.get(rc.Name)
+		snap.routes = append(snap.routes, &route{name: rc.Name, eff: rc.Effective, stats: st, client: hc})
+		entries[i] = tableEntry{Host: rc.Host, Prefix: rc.Prefix, Methods: rc.Methods}
+	}
+	snap.table = newRouteTable(entries)
+	return snap, nil
+}
+
+// applySnapshot puts a snapshot in force: bulkhead sizes first, then the table.
+func (g *Gateway) applySnapshot(snap *snapshot) {
+	for _, r := range snap.routes {
+		r.stats.bulkhead.SetMax(r.eff.MaxConcurrency)
+	}
+	g.budget.SetMax(snap.cfg.ElevatedBudget())
+	g.snap.Store(snap)
+}
+
+// Config returns the configuration in force.
+func (g *Gateway) Config() *conf.Config { return g.snap.Load().cfg }
+
+// Reload validates cfg against the configuration in force and swaps the route table
+// atomically. In-flight requests finish on the route they started on; a route that keeps its
+// name keeps its bulkhead count. On error the old configuration keeps serving.
+func (g *Gateway) Reload(cfg *conf.Config) error {
+	if err := cfg.ReloadCompatible(g.Config()); err != nil {
+		g.reloadKO.Inc()
+		return err
+	}
+	snap, err := g.buildSnapshot(cfg)
+	if err != nil {
+		g.reloadKO.Inc()
+		return err
+	}
+	g.access = cfg.Log.Access
+	g.applySnapshot(snap)
+	g.reloads.Inc()
+	return nil
+}
+
+// ErrAddrInUse reports a listener address already taken (exit 1 in main).
+var ErrAddrInUse = errors.New("gateway: address already in use")
+
+// Listen opens the configured listener.
+func (g *Gateway) Listen() (net.Listener, error) {
+	s := g.Config().Server
+	addr := net.JoinHostPort(s.Host, strconv.Itoa(s.Port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: listen on %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
+// Serve serves client connections from ln until Shutdown.
+func (g *Gateway) Serve(ln net.Listener) error {
+	g.applySnapshot(g.snap.Load())
+	g.ln = newListener(ln, g)
+	return g.srv.Serve(g.ln)
+}
+
+// Drain starts the drain of SPEC 9: /health answers 503 draining and every response carries
+// Connection: close, so load balancers take the instance out while it still serves.
+func (g *Gateway) Drain() { g.draining.Store(true) }
+
+// Draining reports whether Drain was called.
+func (g *Gateway) Draining() bool { return g.draining.Load() }
+
+// Shutdown closes the listener and waits for in-flight requests until ctx is done; whatever is
+// still open then is closed. It returns ctx's error when requests had to be cut.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.Drain()
+	err := g.srv.ShutdownWithContext(ctx)
+	if err != nil && g.ln != nil {
+		g.ln.closeAll()
+	}
+	return err
+}
+
+// Metrics returns the gateway's metric set (what /metrics serves).
+func (g *Gateway) Metrics() *metrics.Set { return g.set }
+
+// fasthttpLogger sends fasthttp's own messages to zap at debug level: they are about single
+// connections, and each request already has its access line.
+type fasthttpLogger struct{ log *zap.Logger }
+
+func (l fasthttpLogger) Printf(format string, args ...any) {
+	if ce := l.log.Check(zap.DebugLevel, "fasthttp"); ce != nil {
+		ce.Write(zap.String("msg", fmt.Sprintf(format, args...)))
+	}
+}
+
+// ensure the listener timeout constants stay sane.
+var _ = time.Second

@@ -1,0 +1,263 @@
+package gateway
+
+import (
+	"bytes"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"toron/limits"
+)
+
+// Tier-1 413 and admission before the body (SPEC 3 steps 1-7).
+//
+// fasthttp reads the headers, calls Server.HeaderReceived, then (with StreamRequestBody)
+// pre-reads up to 8 KiB of the body before our handler runs, blocking while those bytes have
+// not arrived (SPEC 12). A verdict reached in the handler alone would therefore wait for body
+// bytes. So every decision that needs only the headers is made in onHeaders: framing, health
+// and metrics, route, declared-length 413, bulkhead, elevated budget and worker. The verdict is
+// stored in the connection's exchange. When it is a rejection and a body was announced,
+// onHeaders returns a read timeout of one nanosecond: the pre-read fails at once, fasthttp
+// resets the request and calls ErrorHandler, which writes the stored answer. No body byte is
+// waited for and no upstream is dialed. With Expect: 100-continue fasthttp does not pre-read;
+// onExpect answers the stored rejection instead of 100 Continue. Rejections of requests that
+// announced a body close the connection, after a lingering close (clientConn.lingerClose) so
+// the client reads the status rather than a reset.
+
+// expectedFailFast is the read timeout that makes fasthttp's body pre-read fail at once.
+const expectedFailFast = time.Nanosecond
+
+// onHeaders is fasthttp's HeaderReceived hook.
+func (g *Gateway) onHeaders(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	ctx := ctxOfHeader(h)
+	cc := connOf(ctx)
+	x := &cc.x
+	x.begin(g, ctx)
+	g.decide(h, x)
+	cc.writeWindow = g.snap.Load().cfg.Server.WriteTimeout
+	if x.rej != nil {
+		if x.bodyAnnounced {
+			cc.linger.Store(true)
+			return fasthttp.RequestConfig{ReadTimeout: expectedFailFast}
+		}
+		return fasthttp.RequestConfig{}
+	}
+	if x.route != nil {
+		cc.writeWindow = x.route.eff.WriteTimeout
+		return fasthttp.RequestConfig{ReadTimeout: x.route.eff.ReadTimeout}
+	}
+	return fasthttp.RequestConfig{}
+}
+
+// decide runs SPEC 3 steps 2-6 on the headers alone.
+func (g *Gateway) decide(h *fasthttp.RequestHeader, x *exchange) {
+	snap := g.snap.Load()
+	x.snap = snap
+	cl := h.ContentLength()
+	x.bodyAnnounced = cl > 0 || cl == -1
+
+	// Step 2: framing. Anything ambiguous closes the connection.
+	if err := validateHeaders(h); err != nil {
+		x.bodyAnnounced = true
+		x.reject(rejBadRequest)
+		return
+	}
+	x.path = appendPath(x.path[:0], h.RequestURI())
+	x.setRequestID(h)
+
+	// Step 3: the gateway's own paths, before the route table, never taking a worker.
+	switch {
+	case bytes.Equal(x.path, snap.healthPath):
+		x.local = localHealth
+		return
+	case bytes.Equal(x.path, snap.metricsPath):
+		x.local = localMetrics
+		return
+	}
+	if len(h.Peek(fasthttp.HeaderUpgrade)) > 0 {
+		x.reject(rejUpgrade)
+		return
+	}
+
+	// Step 4: route.
+	i := snap.table.match(h.Host(), h.Method(), x.path)
+	if i < 0 {
+		x.reject(rejNoRoute)
+		return
+	}
+	r := snap.routes[i]
+	x.route = r
+	x.stats = r.stats
+
+	// Step 5: Tier 1, the declared length.
+	if int64(cl) > r.eff.MaxBodyBytes {
+		x.reject(rejBodyTooLarge)
+		return
+	}
+
+	// Step 6: admission.
+	if err := g.admit(x); err != nil {
+		x.reject(admissionRejection(err))
+	}
+}
+
+// admit takes the route's bulkhead slot, the elevated budget and a worker, in that order
+// (SPEC 3 step 6); on a refusal it gives back what it took.
+func (g *Gateway) admit(x *exchange) error {
+	r := x.route
+	if !r.stats.bulkhead.TryAcquire() {
+		return limits.ErrConcurrency
+	}
+	x.holdsRoute = true
+	if r.eff.Elevated {
+		if !g.budget.TryAcquire() {
+			x.holdsRoute = false
+			r.stats.bulkhead.Release()
+			return limits.ErrElevatedBudget
+		}
+		x.holdsBudget = true
+	}
+	if !g.workers.Acquire(x.snap.cfg.Server.WorkerQueueTimeout) {
+		if x.holdsBudget {
+			x.holdsBudget = false
+			g.budget.Release()
+		}
+		x.holdsRoute = false
+		r.stats.bulkhead.Release()
+		return limits.ErrWorkersSaturated
+	}
+	x.holdsWorker = true
+	return nil
+}
+
+// onExpect is fasthttp's ExpectHandler: 100 Continue only after Tier 1 and admission passed
+// (SPEC 3 step 7); a rejected request gets its final status with its JSON instead, and fasthttp
+// closes the connection without reading the body.
+func (g *Gateway) onExpect(ctx *fasthttp.RequestCtx) int {
+	x := &connOf(ctx).x
+	if x.rej != nil {
+		g.writeRejection(ctx, x, x.rej)
+		return x.rej.status
+	}
+	return fasthttp.StatusContinue
+}
+
+// onError is fasthttp's ErrorHandler. It runs when fasthttp could not read a request: a header
+// it refused (before onHeaders ran), or a body pre-read that failed, including the one our
+// verdict cut on purpose. fasthttp closes the connection after it.
+func (g *Gateway) onError(ctx *fasthttp.RequestCtx, err error) {
+	cc := connOf(ctx)
+	x := &cc.x
+	switch {
+	case x.active.Load() && x.rej != nil:
+		g.writeRejection(ctx, x, x.rej)
+	case x.active.Load():
+		if isClientGone(err) {
+			x.status, x.reason = statusClientClosed, reasonClientAbort
+			break
+		}
+		x.reject(clientErrorRejection(err))
+		g.writeRejection(ctx, x, x.rej)
+	default:
+		x.begin(g, ctx)
+		x.reject(clientErrorRejection(err))
+		g.writeRejection(ctx, x, x.rej)
+	}
+	ctx.SetConnectionClose()
+	x.finish()
+}
+
+// handle is the fasthttp handler: everything after the body pre-read.
+func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
+	cc := connOf(ctx)
+	x := &cc.x
+	defer func() {
+		if p := recover(); p != nil {
+			g.log.Error("panic in request handler", zap.Any("panic", p), zap.ByteString("request_id", x.reqID))
+			x.reject(rejInternal)
+			ctx.Response.Reset()
+			g.writeRejection(ctx, x, rejInternal)
+			ctx.SetConnectionClose()
+			x.finish()
+		}
+	}()
+	if g.draining.Load() {
+		ctx.SetConnectionClose()
+	}
+	switch {
+	case x.rej != nil:
+		g.writeRejection(ctx, x, x.rej)
+		x.finish()
+	case x.local == localHealth:
+		g.serveHealth(ctx)
+		x.finish()
+	case x.local == localMetrics:
+		g.serveMetrics(ctx)
+		x.finish()
+	default:
+		g.proxy(ctx, cc, x)
+	}
+}
+
+// writeRejection writes one of the gateway's own answers.
+func (g *Gateway) writeRejection(ctx *fasthttp.RequestCtx, x *exchange, r *rejection) {
+	x.status, x.reason = r.status, r.reason
+	ctx.Response.Header.SetStatusCode(r.status)
+	ctx.Response.Header.SetContentTypeBytes(contentTypeJSON)
+	ctx.Response.SetBodyRaw(r.body)
+	if r.retryAfter {
+		ctx.Response.Header.SetBytesKV(headerRetryAfter, retryAfterSeconds)
+	}
+	if len(x.reqID) > 0 {
+		ctx.Response.Header.SetBytesKV(headerRequestID, x.reqID)
+	}
+	if x.bodyAnnounced || r.status == fasthttp.StatusBadRequest || r.status >= 500 && r.status != fasthttp.StatusServiceUnavailable {
+		ctx.SetConnectionClose()
+	}
+	x.bytesOut = int64(len(r.body))
+}
+
+var (
+	contentTypeJSON   = []byte("application/json")
+	headerRetryAfter  = []byte("Retry-After")
+	retryAfterSeconds = []byte("5")
+	headerRequestID   = []byte("X-Request-Id")
+	healthOK          = []byte(`{"status":"ok"}`)
+	healthDraining    = []byte(`{"status":"draining"}`)
+)
+
+func (g *Gateway) serveHealth(ctx *fasthttp.RequestCtx) {
+	ctx.Response.Header.SetContentTypeBytes(contentTypeJSON)
+	if g.draining.Load() {
+		ctx.Response.Header.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		ctx.Response.SetBodyRaw(healthDraining)
+		return
+	}
+	ctx.Response.SetBodyRaw(healthOK)
+}
+
+func (g *Gateway) serveMetrics(ctx *fasthttp.RequestCtx) {
+	ctx.Response.Header.SetContentType("text/plain; version=0.0.4; charset=utf-8")
+	g.set.WritePrometheus(ctx)
+}
+
+// appendPath appends the normalized path of a request-target (origin-form or absolute-form)
+// to dst; the query is not part of it.
+func appendPath(dst, uri []byte) []byte {
+	if i := bytes.IndexByte(uri, '?'); i >= 0 {
+		uri = uri[:i]
+	}
+	if len(uri) > 0 && uri[0] != '/' {
+		// absolute-form: scheme://authority/path
+		if i := bytes.Index(uri, []byte("://")); i >= 0 {
+			rest := uri[i+3:]
+			if j := bytes.IndexByte(rest, '/'); j >= 0 {
+				uri = rest[j:]
+			} else {
+				uri = nil
+			}
+		}
+	}
+	return normalizePath(dst, uri)
+}

@@ -1,0 +1,221 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"toron/conf"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// fasthttp's HostClient keeps one idle-connection cleaner per client until its idle
+		// connections expire; the coarse clock of fasthttp runs for the process.
+		goleak.IgnoreTopFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		goleak.IgnoreTopFunction("time.Sleep"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+	)
+}
+
+// testGateway is a gateway on 127.0.0.1:0 with its configuration.
+type testGateway struct {
+	g    *Gateway
+	addr string
+	done chan error
+}
+
+// startGateway loads serverYAML (the body of the server key, may be "") and routesYAML (the
+// list under routes) and serves on a loopback port until the test ends.
+func startGateway(t *testing.T, serverYAML, routesYAML string) *testGateway {
+	t.Helper()
+	cfg := loadConfig(t, serverYAML, routesYAML)
+	g, err := New(cfg, nil)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := &testGateway{g: g, addr: ln.Addr().String(), done: make(chan error, 1)}
+	go func() { tg.done <- g.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.Shutdown(ctx)
+		<-tg.done
+		closeIdleUpstreams(g)
+	})
+	return tg
+}
+
+// closeIdleUpstreams closes the idle upstream connections of every route, so goleak sees no
+// cleaner goroutines left behind by a test.
+func closeIdleUpstreams(g *Gateway) {
+	for _, r := range g.snap.Load().routes {
+		r.client.CloseIdleConnections()
+	}
+}
+
+func loadConfig(t *testing.T, serverYAML, routesYAML string) *conf.Config {
+	t.Helper()
+	cy := "server:\n  host: 127.0.0.1\n" + indent(serverYAML, "  ") + "log:\n  access: false\n"
+	ry := "routes:\n" + indent(routesYAML, "")
+	cfg, err := conf.LoadBytes("config.yaml", []byte(cy), "routes.yaml", []byte(ry), nil)
+	if err != nil {
+		t.Fatalf("config: %v\n--- config\n%s--- routes\n%s", err, cy, ry)
+	}
+	return cfg
+}
+
+func indent(s, prefix string) string {
+	if s == "" {
+		return ""
+	}
+	var b strings.Builder
+	for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		b.WriteString(prefix + line + "\n")
+	}
+	return b.String()
+}
+
+// upstream is a real HTTP server on loopback that records what reached it.
+type upstream struct {
+	addr     string
+	srv      *http.Server
+	requests atomic.Int64
+	conns    atomic.Int64
+	inflight atomic.Int64
+	maxSeen  atomic.Int64
+
+	mu   sync.Mutex
+	last *http.Request
+	body []byte
+}
+
+// startUpstream serves h (nil: echo) with net/http, which is independent of the gateway's
+// fasthttp and so a fair witness of what was forwarded.
+func startUpstream(t *testing.T, h http.HandlerFunc) *upstream {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &upstream{addr: ln.Addr().String()}
+	if h == nil {
+		h = echoHandler
+	}
+	u.srv = &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			u.requests.Add(1)
+			n := u.inflight.Add(1)
+			defer u.inflight.Add(-1)
+			for {
+				m := u.maxSeen.Load()
+				if n <= m || u.maxSeen.CompareAndSwap(m, n) {
+					break
+				}
+			}
+			u.mu.Lock()
+			u.last = r
+			u.mu.Unlock()
+			h(w, r)
+		}),
+		ConnState: func(c net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				u.conns.Add(1)
+			}
+		},
+	}
+	go func() { _ = u.srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = u.srv.Shutdown(ctx)
+		_ = u.srv.Close()
+	})
+	return u
+}
+
+func (u *upstream) lastRequest() *http.Request {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.last
+}
+
+// echoHandler answers with what it received: method, path, headers as X-Echo-* and the body.
+func echoHandler(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	w.Header().Set("X-Echo-Method", r.Method)
+	w.Header().Set("X-Echo-Path", r.URL.RawPath+"|"+r.URL.Path)
+	w.Header().Set("X-Echo-URI", r.RequestURI)
+	w.Header().Set("X-Echo-Host", r.Host)
+	w.Header().Set("X-Echo-Body-Len", fmt.Sprint(len(body)))
+	w.Header().Set("X-Echo-CL", fmt.Sprint(r.ContentLength))
+	w.Header().Set("X-Echo-TE", strings.Join(r.TransferEncoding, ","))
+	for k, v := range r.Header {
+		w.Header().Set("X-Echo-H-"+k, strings.Join(v, ","))
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	_, _ = w.Write(body)
+}
+
+// rawResponse is what a raw client read back.
+type rawResponse struct {
+	*http.Response
+	body   []byte
+	closed bool // the gateway closed the connection after the response
+}
+
+// rawRequest writes exact bytes on a fresh connection and reads one response.
+func rawRequest(t *testing.T, addr, req string) rawResponse {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	return readRawResponse(t, c, "GET")
+}
+
+func readRawResponse(t *testing.T, c net.Conn, method string) rawResponse {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: method})
+	if err != nil {
+		t.Fatalf("read response: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read body: %v", err)
+	}
+	rr := rawResponse{Response: resp, body: body}
+	if resp.Close {
+		// Connection: close was announced: the gateway must also really close.
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var one [1]byte
+		_, err = br.Read(one[:])
+		rr.closed = err != nil && !isTimeout(err)
+	}
+	return rr
+}
+
+// upstreamRoute is a minimal routes.yaml entry pointing at addr.
+func upstreamRoute(prefix, addr, extra string) string {
+	return fmt.Sprintf("- type: upstream\n  prefix: %s\n  target: http://%s\n%s", prefix, addr, indent(extra, "  "))
+}

@@ -1,0 +1,255 @@
+package gateway
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+func TestCtxOfHeader(t *testing.T) {
+	ctx := &fasthttp.RequestCtx{}
+	if got := ctxOfHeader(&ctx.Request.Header); got != ctx {
+		t.Fatalf("ctxOfHeader stepped to %p, want %p: fasthttp's RequestCtx layout changed", got, ctx)
+	}
+}
+
+func TestProxyGETAndPOST(t *testing.T) {
+	up := startUpstream(t, nil)
+	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
+
+	resp := rawRequest(t, gw.addr, "GET /api/users?id=7&x=%2F HTTP/1.1\r\nHost: example.test\r\nX-Custom: one\r\n\r\n")
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET status %d body %q", resp.StatusCode, resp.body)
+	}
+	if got := resp.Header.Get("X-Echo-URI"); got != "/api/users?id=7&x=%2F" {
+		t.Errorf("upstream saw URI %q", got)
+	}
+	if got := resp.Header.Get("X-Echo-Host"); got != "example.test" {
+		t.Errorf("upstream saw Host %q, want the client's", got)
+	}
+	if got := resp.Header.Get("X-Echo-H-X-Custom"); got != "one" {
+		t.Errorf("custom header not forwarded: %q", got)
+	}
+	if resp.Header.Get("X-Request-Id") == "" || resp.Header.Get("X-Echo-H-X-Request-Id") != resp.Header.Get("X-Request-Id") {
+		t.Errorf("request id: client got %q, upstream got %q", resp.Header.Get("X-Request-Id"), resp.Header.Get("X-Echo-H-X-Request-Id"))
+	}
+
+	body := strings.Repeat("toron", 1000)
+	resp = rawRequest(t, gw.addr, fmt.Sprintf("POST /api/items HTTP/1.1\r\nHost: example.test\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nX-Request-Id: abc-123\r\n\r\n%s", len(body), body))
+	if resp.StatusCode != 200 || string(resp.body) != body {
+		t.Fatalf("POST status %d, body %d bytes (want %d)", resp.StatusCode, len(resp.body), len(body))
+	}
+	if got := resp.Header.Get("X-Echo-CL"); got != fmt.Sprint(len(body)) {
+		t.Errorf("upstream saw Content-Length %s", got)
+	}
+	if got := resp.Header.Get("X-Echo-H-X-Request-Id"); got != "abc-123" {
+		t.Errorf("client X-Request-Id not kept: %q", got)
+	}
+	if got := resp.Header.Get("X-Echo-H-Content-Type"); got != "text/plain" {
+		t.Errorf("content type %q", got)
+	}
+}
+
+func TestProxyLargeStreamedBody(t *testing.T) {
+	up := startUpstream(t, nil)
+	gw := startGateway(t, "", upstreamRoute("/up", up.addr, "max_body_bytes: 8MiB\nmax_concurrency: 2"))
+	body := bytes.Repeat([]byte("0123456789abcdef"), 200_000) // 3.2 MB: streamed
+	resp, err := http.Post("http://"+gw.addr+"/up/x", "application/octet-stream", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !bytes.Equal(got, body) {
+		t.Fatalf("status %d, echoed %d bytes of %d", resp.StatusCode, len(got), len(body))
+	}
+}
+
+func TestHopByHopRemovedBothWays(t *testing.T) {
+	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Seen-Keep-Alive", r.Header.Get("Keep-Alive"))
+		w.Header().Set("X-Seen-Foo", r.Header.Get("X-Foo"))
+		w.Header().Set("X-Seen-TE", r.Header.Get("TE"))
+		w.Header().Set("X-Seen-Proxy-Connection", r.Header.Get("Proxy-Connection"))
+		w.Header().Set("X-Seen-Upgrade", r.Header.Get("Upgrade"))
+		w.Header().Set("X-Seen-Bar", r.Header.Get("X-Bar"))
+		w.Header().Set("Connection", "X-Secret")
+		w.Header().Set("X-Secret", "hidden")
+		w.Header().Set("Keep-Alive", "timeout=5")
+		w.Header().Set("Proxy-Connection", "keep-alive")
+		w.Header().Set("X-Kept", "yes")
+		_, _ = io.WriteString(w, "ok")
+	})
+	gw := startGateway(t, "", upstreamRoute("/", up.addr, ""))
+	resp := rawRequest(t, gw.addr, "GET /h HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, X-Foo\r\nX-Foo: 1\r\nX-Bar: 2\r\nKeep-Alive: 300\r\nTE: trailers\r\nProxy-Connection: keep-alive\r\n\r\n")
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d %q", resp.StatusCode, resp.body)
+	}
+	for _, h := range []string{"X-Seen-Keep-Alive", "X-Seen-Foo", "X-Seen-TE", "X-Seen-Proxy-Connection", "X-Seen-Upgrade"} {
+		if v := resp.Header.Get(h); v != "" {
+			t.Errorf("hop-by-hop request header forwarded: %s=%q", h, v)
+		}
+	}
+	if resp.Header.Get("X-Seen-Bar") != "2" {
+		t.Errorf("end-to-end request header lost")
+	}
+	for _, h := range []string{"X-Secret", "Keep-Alive", "Proxy-Connection"} {
+		if v := resp.Header.Get(h); v != "" {
+			t.Errorf("hop-by-hop response header forwarded: %s=%q", h, v)
+		}
+	}
+	if resp.Header.Get("X-Kept") != "yes" {
+		t.Errorf("end-to-end response header lost")
+	}
+}
+
+func TestXForwardedHeaders(t *testing.T) {
+	up := startUpstream(t, nil)
+	gw := startGateway(t, "", upstreamRoute("/", up.addr, ""))
+	resp := rawRequest(t, gw.addr, "GET / HTTP/1.1\r\nHost: shop.example\r\nX-Forwarded-For: 203.0.113.9\r\nX-Forwarded-Proto: https\r\n\r\n")
+	if got := resp.Header.Get("X-Echo-H-X-Forwarded-For"); got != "203.0.113.9, 127.0.0.1" {
+		t.Errorf("X-Forwarded-For %q", got)
+	}
+	if got := resp.Header.Get("X-Echo-H-X-Forwarded-Proto"); got != "http" {
+		t.Errorf("X-Forwarded-Proto %q", got)
+	}
+	if got := resp.Header.Get("X-Echo-H-X-Forwarded-Host"); got != "shop.example" {
+		t.Errorf("X-Forwarded-Host %q", got)
+	}
+	resp = rawRequest(t, gw.addr, "GET / HTTP/1.1\r\nHost: shop.example\r\n\r\n")
+	if got := resp.Header.Get("X-Echo-H-X-Forwarded-For"); got != "127.0.0.1" {
+		t.Errorf("X-Forwarded-For without a previous hop %q", got)
+	}
+}
+
+func TestPathNormalizedAndForwarded(t *testing.T) {
+	up := startUpstream(t, nil)
+	other := startUpstream(t, nil)
+	gw := startGateway(t, "", upstreamRoute("/legacy/reports", up.addr, "max_concurrency: 4")+upstreamRoute("/", other.addr, ""))
+	resp := rawRequest(t, gw.addr, "GET /x/../legacy//reports/q?a=1 HTTP/1.1\r\nHost: a\r\n\r\n")
+	if resp.StatusCode != 200 || up.requests.Load() != 1 || other.requests.Load() != 0 {
+		t.Fatalf("status %d, reports upstream %d, other %d", resp.StatusCode, up.requests.Load(), other.requests.Load())
+	}
+	if got := resp.Header.Get("X-Echo-URI"); got != "/legacy/reports/q?a=1" {
+		t.Errorf("forwarded %q, want the normalized path", got)
+	}
+}
+
+// staleUpstream answers each request on a connection and then closes that connection without
+// announcing it, as an upstream whose keep-alive timeout is shorter than ours does.
+func startStaleUpstream(t *testing.T) (addr string, served func() int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	n := 0
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				buf := make([]byte, 4096)
+				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if _, err := c.Read(buf); err != nil {
+					return
+				}
+				mu.Lock()
+				n++
+				mu.Unlock()
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				time.Sleep(20 * time.Millisecond)
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	return ln.Addr().String(), func() int { mu.Lock(); defer mu.Unlock(); return n }
+}
+
+func TestStaleKeepAliveRetried(t *testing.T) {
+	addr, served := startStaleUpstream(t)
+	gw := startGateway(t, "", upstreamRoute("/", addr, ""))
+	for i := 0; i < 3; i++ {
+		resp := rawRequest(t, gw.addr, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+		if resp.StatusCode != 200 || string(resp.body) != "ok" {
+			t.Fatalf("request %d: status %d %q", i, resp.StatusCode, resp.body)
+		}
+		time.Sleep(100 * time.Millisecond) // the upstream's FIN arrives
+	}
+	if served() != 3 {
+		t.Errorf("upstream served %d requests, want 3", served())
+	}
+}
+
+func TestNoRetryOnceBodyRead(t *testing.T) {
+	addr, served := startStaleUpstream(t)
+	gw := startGateway(t, "", upstreamRoute("/", addr, ""))
+	resp := rawRequest(t, gw.addr, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	if resp.StatusCode != 200 {
+		t.Fatalf("warm-up status %d", resp.StatusCode)
+	}
+	time.Sleep(100 * time.Millisecond)
+	resp = rawRequest(t, gw.addr, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello")
+	if resp.StatusCode != 502 {
+		t.Fatalf("POST on a stale connection: status %d, want 502 (no retry once the body was read)", resp.StatusCode)
+	}
+	if served() != 1 {
+		t.Errorf("upstream served %d, want 1", served())
+	}
+}
+
+func TestBadGatewayOnDialFailures(t *testing.T) {
+	// A port nobody listens on: refused.
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	refused := ln.Addr().String()
+	ln.Close()
+	// An upstream that accepts and closes at once: reset before headers.
+	rl, _ := net.Listen("tcp", "127.0.0.1:0")
+	go func() {
+		for {
+			c, err := rl.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { rl.Close() })
+	up := startUpstream(t, nil)
+
+	gw := startGateway(t, "",
+		upstreamRoute("/refused", refused, "")+
+			upstreamRoute("/reset", rl.Addr().String(), "")+
+			upstreamRoute("/slowdial", up.addr, "connect_timeout: 1ns"))
+	for _, tc := range []struct{ path, want string }{
+		{"/refused", "502 Bad Gateway: upstream connection refused"},
+		{"/reset", "502 Bad Gateway: upstream closed the connection before its response headers"},
+		{"/slowdial", "502 Bad Gateway: upstream connect timeout"},
+	} {
+		resp := rawRequest(t, gw.addr, "GET "+tc.path+" HTTP/1.1\r\nHost: a\r\n\r\n")
+		if resp.StatusCode != 502 || string(resp.body) != `{"error":"`+tc.want+`"}` {
+			t.Errorf("%s: status %d body %s", tc.path, resp.StatusCode, resp.body)
+		}
+		if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("%s: content type %q", tc.path, ct)
+		}
+	}
+}

@@ -1,0 +1,314 @@
+package gateway
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+)
+
+// normalizePath appends the normalized form of the request path to dst and
+// returns the extended slice. path is the path alone: the caller strips the
+// query first. dst and path must not overlap.
+//
+// The result is what the route table matches and what is forwarded upstream
+// (SPEC 2, "Matching"), so that `/x/../legacy/reports` meets the bulkhead of
+// `/legacy` and not the one of `/x`:
+//
+//   - A path that does not start with '/' (`*`, an empty path) gets one, so the
+//     result always starts with '/'.
+//   - Repeated slashes are merged (`//api///x` is `/api/x`), as nginx's
+//     merge_slashes does; a trailing slash is kept (`/api/` stays `/api/`).
+//   - Dot segments are removed as in RFC 3986 5.2.4: `/a/./b` is `/a/b`,
+//     `/a/b/..` is `/a/`, and `..` never climbs above the root
+//     (`/../../etc` is `/etc`).
+//   - Percent-encoded bytes are left as sent: `%2F` stays `%2F` (SPEC 2), so
+//     an encoded slash never splits a segment here. One exception: a segment
+//     spelled with `%2e` / `%2E` for some or all of its dots (`%2e`, `%2e%2e`,
+//     `.%2E`) is a dot segment too. RFC 3986 2.3 makes `%2E` equivalent to
+//     `.`, and an upstream that decodes it before resolving dots (nginx does)
+//     would otherwise serve `/api/%2e%2e/legacy/reports` from `/legacy` while
+//     our bulkhead, limits and timeouts were those of `/api`. Removing the
+//     segment closes that gap; no legitimate client sends a path whose
+//     meaning depends on an encoded dot segment.
+//
+// Known limit: an upstream that decodes `%2F` into '/' and then resolves dot
+// segments (`/api/x%2F..%2F..%2Flegacy`) still sees a path this function
+// does not; such upstreams must keep or reject encoded slashes.
+//
+// normalizePath does not allocate when dst has len(path)+1 spare capacity,
+// the longest result it can produce.
+func normalizePath(dst, path []byte) []byte {
+	base := len(dst)
+	// Invariant: dst[base:] starts and ends with '/'. A segment is appended
+	// with its slash, and the final slash is trimmed at the end when the
+	// last input segment was an ordinary one.
+	dst = append(dst, '/')
+	lastOrdinary := false
+	for i := 0; i <= len(path); {
+		j := bytes.IndexByte(path[i:], '/')
+		if j < 0 {
+			j = len(path)
+		} else {
+			j += i
+		}
+		seg := path[i:j]
+		i = j + 1
+
+		switch {
+		case len(seg) == 0:
+			// An empty segment: a repeated, leading or trailing slash.
+			lastOrdinary = false
+		case seg[0] != '.' && seg[0] != '%':
+			// Fast path: the common segment cannot be a dot segment.
+			dst = append(dst, seg...)
+			dst = append(dst, '/')
+			lastOrdinary = true
+		default:
+			switch dotSegment(seg) {
+			case 1:
+				// "." is dropped; a final one leaves a trailing slash
+				// (RFC 3986 5.2.4 step 2B: "/a/." is "/a/").
+			case 2:
+				// ".." drops the previous output segment, if any
+				// (step 2C); at the root it is dropped alone (`/..` is `/`).
+				if out := dst[base:]; len(out) > 1 {
+					k := bytes.LastIndexByte(out[:len(out)-1], '/')
+					dst = dst[:base+k+1]
+				}
+			default:
+				dst = append(dst, seg...)
+				dst = append(dst, '/')
+				lastOrdinary = true
+				continue
+			}
+			lastOrdinary = false
+		}
+	}
+	if lastOrdinary {
+		dst = dst[:len(dst)-1]
+	}
+	return dst
+}
+
+// dotSegment reports whether seg is "." (1) or ".." (2), each dot spelled
+// either '.' or "%2e" in any case; 0 means an ordinary segment.
+func dotSegment(seg []byte) int {
+	n := 0
+	for i := 0; i < len(seg); n++ {
+		switch {
+		case n == 2:
+			return 0
+		case seg[i] == '.':
+			i++
+		case i+2 < len(seg) && seg[i] == '%' && seg[i+1] == '2' && seg[i+2]|0x20 == 'e':
+			i += 3
+		default:
+			return 0
+		}
+	}
+	return n
+}
+
+// tableEntry is one route as the matcher sees it.
+type tableEntry struct {
+	Host    string   // "" (any host), exact "api.example.com", or wildcard "*.example.com"; compare case-insensitively
+	Prefix  string   // starts with '/'
+	Methods []string // nil or empty = all methods; uppercase
+}
+
+// hostClass orders the three kinds of host match; lower wins (SPEC 2).
+type hostClass uint8
+
+const (
+	hostExact hostClass = iota
+	hostWildcard
+	hostAny
+)
+
+// tableRoute is a tableEntry prepared for matching.
+type tableRoute struct {
+	index   int // into the entries given to newRouteTable
+	class   hostClass
+	host    string // lower-cased, port-less; for a wildcard the suffix with its dot, ".example.com"
+	prefix  string
+	methods []string
+}
+
+// routeTable finds the route of a request from its Host, method and
+// normalized path. It is built once by newRouteTable and only read
+// afterwards, so any number of goroutines may call match at once; a reload
+// builds a new table and swaps a pointer.
+//
+// Precedence (SPEC 2, "Matching"): among the routes whose host, prefix and
+// method all match the request, the winner is the one with
+//
+//  1. the best host class: an exact host, then a wildcard host (the longer
+//     suffix first: `*.eu.example.com` before `*.example.com`), then a route
+//     without a host;
+//  2. then the longest prefix;
+//  3. then a route that lists the method over one that allows all methods;
+//  4. then the earlier route in the file. Config validation rejects the ties
+//     that reach this rule, so it only makes match deterministic.
+//
+// A route that fails any of the three tests is not a candidate at all: a
+// request for `api.example.com` whose path or method the `api.example.com`
+// routes do not take falls through to the wildcard and host-less routes, and
+// a `POST /api/users` passes over a `methods: [GET]` route for `/api/users`
+// to a `/api` route that allows POST. (nginx instead commits to a server
+// block by host first; Toron has one flat table, and falling through keeps a
+// method-restricted route from turning a neighbour's traffic into 404s.)
+//
+// Hosts compare case-insensitively without the port (`API.Example.com:8443`
+// is `api.example.com`; `[::1]:8080` is `::1`, and a route may write `[::1]`
+// or `::1`) and without one trailing dot (`example.com.` is the same name,
+// as in nginx). `*.example.com` matches one or more labels before
+// `.example.com`, never `example.com` itself. Methods compare exactly (RFC
+// 9110 9.1: method names are case-sensitive) and GET does not imply HEAD.
+// Paths compare exactly, and a prefix matches only at a segment boundary:
+// `/api` takes `/api`, `/api/` and `/api/users` but never `/apix`; `/api/`
+// takes `/api/x` but not `/api`; `/` takes every path.
+//
+// The routes are kept sorted by that precedence, so match is a linear scan
+// that stops at the first route that matches: with the tens of routes of a
+// gateway it costs less than a tree would, and it allocates nothing.
+//
+// Why not github.com/fasthttp/router: it has no host matching, let alone
+// exact-over-wildcard precedence; its paths are patterns (named parameters,
+// catch-alls) rather than longest-prefix at segment boundaries with a
+// preference for method-specific routes; it would need every method
+// registered for every all-methods route; and it dispatches to handlers,
+// while Toron needs one lookup function that returns a route and serves both
+// admission in the header hook (before any body byte is read) and dispatch in
+// the handler, on the same normalized path (STYLE 3).
+type routeTable struct {
+	routes []tableRoute // sorted by precedence, best first
+}
+
+// newRouteTable prepares entries for match. The result refers to no memory of
+// entries except the Methods slices, which must not change afterwards.
+func newRouteTable(entries []tableEntry) *routeTable {
+	routes := make([]tableRoute, len(entries))
+	for i, e := range entries {
+		r := tableRoute{index: i, class: hostAny, prefix: e.Prefix}
+		if len(e.Methods) > 0 {
+			r.methods = e.Methods
+		}
+		if e.Host != "" {
+			h := strings.ToLower(e.Host)
+			if len(h) > 2 && h[0] == '*' && h[1] == '.' {
+				r.class, r.host = hostWildcard, strings.TrimSuffix(h[1:], ".")
+			} else {
+				r.class, r.host = hostExact, string(hostName([]byte(h)))
+			}
+		}
+		routes[i] = r
+	}
+	slices.SortStableFunc(routes, func(a, b tableRoute) int {
+		switch {
+		case a.class != b.class:
+			return int(a.class) - int(b.class)
+		case a.class == hostWildcard && len(a.host) != len(b.host):
+			return len(b.host) - len(a.host)
+		case len(a.prefix) != len(b.prefix):
+			return len(b.prefix) - len(a.prefix)
+		case (len(a.methods) > 0) != (len(b.methods) > 0):
+			if len(a.methods) > 0 {
+				return -1
+			}
+			return 1
+		}
+		return a.index - b.index
+	})
+	return &routeTable{routes: routes}
+}
+
+// match returns the index into entries of the winning route, or -1.
+// host is the Host header value as received (may have a :port, any case); method uppercase as received; path already normalized.
+func (t *routeTable) match(host, method, path []byte) int {
+	if t == nil {
+		return -1
+	}
+	host = hostName(host)
+	for i := range t.routes {
+		r := &t.routes[i]
+		switch r.class {
+		case hostExact:
+			if !equalFoldLower(host, r.host) {
+				continue
+			}
+		case hostWildcard:
+			// len(host) > len(suffix) keeps `example.com` itself out.
+			if len(host) <= len(r.host) || !equalFoldLower(host[len(host)-len(r.host):], r.host) {
+				continue
+			}
+		}
+		if !prefixMatch(path, r.prefix) || !methodMatch(method, r.methods) {
+			continue
+		}
+		return r.index
+	}
+	return -1
+}
+
+// hostName strips the port, the brackets of an IPv6 literal and one trailing
+// dot from a Host value: `[::1]:8080` is `::1`, `Example.com.:80` is
+// `Example.com`. Case is left alone. A value with several colons and no
+// brackets is not host:port and is kept whole.
+func hostName(h []byte) []byte {
+	if len(h) > 0 && h[0] == '[' {
+		if end := bytes.IndexByte(h, ']'); end > 0 {
+			return h[1:end]
+		}
+		return h
+	}
+	if i := bytes.IndexByte(h, ':'); i >= 0 && i == bytes.LastIndexByte(h, ':') {
+		h = h[:i]
+	}
+	if len(h) > 1 && h[len(h)-1] == '.' {
+		h = h[:len(h)-1]
+	}
+	return h
+}
+
+// equalFoldLower reports whether b equals lower, ASCII case-insensitively;
+// lower is already lower case. Hostnames are ASCII (IDNs travel as
+// punycode), so no Unicode folding is needed, and byte by byte nothing is
+// allocated.
+func equalFoldLower(b []byte, lower string) bool {
+	if len(b) != len(lower) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// prefixMatch reports whether prefix matches path at a segment boundary.
+func prefixMatch(path []byte, prefix string) bool {
+	if len(path) < len(prefix) || string(path[:len(prefix)]) != prefix {
+		return false
+	}
+	// An empty prefix is refused by config validation; here it acts as "/".
+	return len(path) == len(prefix) || len(prefix) == 0 || prefix[len(prefix)-1] == '/' || path[len(prefix)] == '/'
+}
+
+// methodMatch reports whether method is in methods; no methods allow all.
+func methodMatch(method []byte, methods []string) bool {
+	if len(methods) == 0 {
+		return true
+	}
+	for _, m := range methods {
+		// The compiler compares string(method) without converting it.
+		if string(method) == m {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,185 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"toron/conf"
+)
+
+// Upstream buffer sizes. The read buffer bounds the upstream's response headers (fasthttp's
+// default of 4 KiB refuses ordinary responses with a few cookies); the write buffer is the unit
+// in which request bodies leave for the upstream.
+const (
+	upstreamReadBufferSize  = 16 << 10
+	upstreamWriteBufferSize = 32 << 10
+)
+
+var (
+	// errUpstreamHeaderTimeout: no response headers within response_header_timeout of the end
+	// of forwarding the request (SPEC 3 step 9: 504, never retried).
+	errUpstreamHeaderTimeout = errors.New("gateway: upstream response header timeout expired")
+	// errStaleConn: a reused keep-alive connection was found closed by the upstream before any
+	// byte of the request was written, so the request cannot have reached the upstream.
+	errStaleConn = errors.New("gateway: reused upstream connection was closed by the upstream")
+)
+
+// dialError wraps a failed dial, so that the 502 can say refused or timed out.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return "gateway: dial upstream: " + e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+// upstreamTimeouts are the deadlines one route's upstream connections manage themselves.
+type upstreamTimeouts struct {
+	// header is response_header_timeout: from the end of forwarding the request to the first
+	// response byte, and then the inactivity window while the response is read.
+	header time.Duration
+	// write is the sliding window of writes to the upstream (write_timeout).
+	write time.Duration
+}
+
+// newHostClient builds a route's upstream client (SPEC 3 step 9).
+//
+// fasthttp's HostClient applies ReadTimeout from the end of the request write until the whole
+// response body is read and WriteTimeout to the whole request write, and retries idempotent
+// requests on any error, timeouts included (SPEC 12). Neither matches SPEC 3 and 5, so both
+// timeouts are off here: the connections come from our Dial as *upstreamConn, which arm their
+// own deadlines, and RetryIfErr retries only what cannot have reached the upstream.
+func newHostClient(r *conf.Route, s *conf.Server) (*fasthttp.HostClient, error) {
+	u, err := url.Parse(r.Target)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: route %q: target %q: %w", r.Name, r.Target, err)
+	}
+	to := &upstreamTimeouts{header: r.Effective.ResponseHeaderTimeout, write: r.Effective.WriteTimeout}
+	dialer := &net.Dialer{Timeout: r.Effective.ConnectTimeout, KeepAlive: 30 * time.Second}
+	return &fasthttp.HostClient{
+		Addr:                          u.Host,
+		IsTLS:                         u.Scheme == "https",
+		NoDefaultUserAgentHeader:      true,
+		DisablePathNormalizing:        true,
+		DisableHeaderNamesNormalizing: false,
+		MaxConns:                      r.Effective.MaxUpstreamConns,
+		MaxConnWaitTimeout:            r.Effective.ConnectTimeout,
+		MaxIdleConnDuration:           s.UpstreamIdleTimeout,
+		ReadBufferSize:                upstreamReadBufferSize,
+		WriteBufferSize:               upstreamWriteBufferSize,
+		StreamResponseBody:            true,
+		MaxIdemponentCallAttempts:     3,
+		RetryIfErr:                    retryIfStale,
+		Dial: func(addr string) (net.Conn, error) {
+			c, err := dialer.Dial("tcp", addr)
+			if err != nil {
+				return nil, &dialError{err: err}
+			}
+			return &upstreamConn{Conn: c, to: to}, nil
+		},
+	}, nil
+}
+
+// retryIfStale is the whole retry rule of SPEC 3 step 9: a request is retried only when its
+// reused keep-alive connection was found closed before any byte was written, and never once a
+// body byte was read from the client. fasthttp already never retries a streamed body.
+func retryIfStale(req *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
+	return false, errors.Is(err, errStaleConn) && len(req.Body()) == 0 && !req.IsBodyStream()
+}
+
+// upstreamConn is an upstream connection that manages its own deadlines (SPEC 5, SPEC 12).
+// fasthttp's HostClient uses a connection for one request at a time: writes of the request,
+// then reads of the response. The first read after writes is the end of forwarding, where the
+// response header timer starts; a write after reads starts the next request on a reused
+// connection, which is first checked for a close by the upstream.
+type upstreamConn struct {
+	net.Conn
+	to *upstreamTimeouts
+
+	requests      int
+	reading       bool
+	respBytes     int64
+	readDeadline  time.Time
+	writeDeadline time.Time
+}
+
+// Write sends request bytes under a sliding write window.
+func (c *upstreamConn) Write(p []byte) (int, error) {
+	if c.reading || c.requests == 0 {
+		c.requests++
+		c.reading = false
+		c.respBytes = 0
+		if c.requests > 1 && c.closedByPeer() {
+			return 0, errStaleConn
+		}
+	}
+	if w := c.to.write; w > 0 {
+		now := time.Now()
+		if c.writeDeadline.Sub(now) < w/2 {
+			c.writeDeadline = now.Add(w)
+			if err := c.Conn.SetWriteDeadline(c.writeDeadline); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// Read reads response bytes. Until the first byte the deadline is fixed at the end of
+// forwarding plus response_header_timeout; after it the same window slides with every read, so
+// a long streamed response that progresses is never cut by an absolute timeout.
+func (c *upstreamConn) Read(p []byte) (int, error) {
+	if w := c.to.header; w > 0 {
+		now := time.Now()
+		switch {
+		case !c.reading:
+			c.reading = true
+			c.readDeadline = now.Add(w)
+			if err := c.Conn.SetReadDeadline(c.readDeadline); err != nil {
+				return 0, err
+			}
+		case c.respBytes > 0 && c.readDeadline.Sub(now) < w/2:
+			c.readDeadline = now.Add(w)
+			if err := c.Conn.SetReadDeadline(c.readDeadline); err != nil {
+				return 0, err
+			}
+		}
+	} else {
+		c.reading = true
+	}
+	n, err := c.Conn.Read(p)
+	c.respBytes += int64(n)
+	if err != nil && c.respBytes == 0 && isTimeout(err) {
+		return n, fmt.Errorf("%w: %w", errUpstreamHeaderTimeout, err)
+	}
+	return n, err
+}
+
+// closedByPeer peeks at an idle connection without blocking: a FIN (read of 0), a reset, or
+// unsolicited bytes all mean it must not carry a request.
+func (c *upstreamConn) closedByPeer() bool {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var buf [1]byte
+	closed := false
+	err = rc.Read(func(fd uintptr) bool {
+		n, _, rerr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		switch {
+		case rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK:
+			closed = false
+		case rerr != nil, n >= 0:
+			closed = true
+		}
+		return true
+	})
+	return closed || err != nil
+}

@@ -1,0 +1,239 @@
+// Command toron is the Toron edge gateway: hardened defaults for every connection and per-route
+// overrides for legacy workloads that can never starve the rest (see README.md and SPEC.md).
+//
+// main is wiring only: flags, configuration, logger, signals, start and drain.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"toron/conf"
+	"toron/demo"
+	"toron/gateway"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// Exit codes of SPEC 1.
+const (
+	exitOK     = 0
+	exitFailed = 1
+	exitConfig = 2
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+}
+
+// options are the command-line flags.
+type options struct {
+	config, routes string
+	check, demo    bool
+	version        bool
+}
+
+func parseFlags(args, environ []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("toron", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.config, "config", envOr(environ, "TORON_CONFIG", "conf/config.yaml"), "server settings file (env TORON_CONFIG)")
+	fs.StringVar(&o.routes, "routes", envOr(environ, "TORON_ROUTES", "conf/routes.yaml"), "route table file (env TORON_ROUTES)")
+	fs.BoolVar(&o.check, "check", false, "validate both files, print the effective configuration as JSON and exit")
+	fs.BoolVar(&o.demo, "demo", false, "start built-in demo upstreams and use the demo route table")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	err := fs.Parse(args)
+	if err == nil && fs.NArg() > 0 {
+		err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return o, err
+}
+
+func envOr(environ []string, key, def string) string {
+	for _, kv := range environ {
+		if len(kv) > len(key) && kv[:len(key)] == key && kv[len(key)] == '=' {
+			return kv[len(key)+1:]
+		}
+	}
+	return def
+}
+
+func run(args, environ []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, environ, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "toron: %v\n", err)
+		return exitConfig
+	}
+	if o.version {
+		fmt.Fprintf(stdout, "toron %s\n", version)
+		return exitOK
+	}
+
+	var ups *demo.Upstreams
+	if o.demo {
+		ups, err = demo.Start()
+		if err != nil {
+			fmt.Fprintf(stderr, "toron: start demo upstreams: %v\n", err)
+			return exitFailed
+		}
+		defer ups.Close()
+	}
+	load := func() (*conf.Config, error) {
+		if ups != nil {
+			return conf.LoadBytes("demo config", demoConfigYAML, "demo routes", ups.RoutesYAML(), environ)
+		}
+		return conf.Load(o.config, o.routes, environ)
+	}
+	cfg, err := load()
+	if err != nil {
+		fmt.Fprintf(stderr, "toron: invalid configuration:\n%v\n", err)
+		return exitConfig
+	}
+	for _, w := range cfg.Warnings {
+		fmt.Fprintf(stderr, "toron: warning: %s\n", w)
+	}
+	if o.check {
+		out, err := cfg.CheckJSON()
+		if err != nil {
+			fmt.Fprintf(stderr, "toron: %v\n", err)
+			return exitFailed
+		}
+		fmt.Fprintf(stdout, "%s\n", out)
+		return exitOK
+	}
+
+	log, err := newLogger(cfg.Log, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "toron: %v\n", err)
+		return exitConfig
+	}
+	defer func() { _ = log.Sync() }()
+
+	g, err := gateway.New(cfg, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "toron: %v\n", err)
+		return exitFailed
+	}
+	ln, err := g.Listen()
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			fmt.Fprintf(stderr, "toron: address %s:%d already in use\n", cfg.Server.Host, cfg.Server.Port)
+		} else {
+			fmt.Fprintf(stderr, "toron: %v\n", err)
+		}
+		return exitFailed
+	}
+	log.Info("listening", zap.String("addr", ln.Addr().String()), zap.Int("routes", len(cfg.Routes)), zap.String("version", version))
+	if ups != nil {
+		fmt.Fprint(stdout, ups.Banner("http://"+hostForURL(ln.Addr())))
+	}
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- g.Serve(ln) }()
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	for {
+		select {
+		case err := <-serveErr:
+			if err != nil {
+				log.Error("server stopped", zap.Error(err))
+				fmt.Fprintf(stderr, "toron: %v\n", err)
+				return exitFailed
+			}
+			return exitOK
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				reload(g, load, log)
+				continue
+			}
+			return drain(g, sig, sigs, serveErr, log)
+		}
+	}
+}
+
+// demoConfigYAML keeps the demo on loopback: `make run` must not expose the demo to the network.
+var demoConfigYAML = []byte("server:\n  host: 127.0.0.1\n")
+
+// reload re-reads both files; an invalid configuration is logged and the old one keeps serving.
+func reload(g *gateway.Gateway, load func() (*conf.Config, error), log *zap.Logger) {
+	cfg, err := load()
+	if err == nil {
+		err = g.Reload(cfg)
+	}
+	if err != nil {
+		log.Error("configuration reload refused; the previous configuration keeps serving", zap.Error(err))
+		return
+	}
+	for _, w := range cfg.Warnings {
+		log.Warn("configuration warning", zap.String("warning", w))
+	}
+	log.Info("configuration reloaded", zap.Int("routes", len(cfg.Routes)))
+}
+
+// drain is SPEC 9: /health says draining for drain_delay while requests are still served with
+// Connection: close, then the listener closes and in-flight requests get shutdown_timeout to
+// finish. A second signal skips the rest of the delay.
+func drain(g *gateway.Gateway, sig os.Signal, sigs <-chan os.Signal, serveErr <-chan error, log *zap.Logger) int {
+	s := g.Config().Server
+	log.Info("draining", zap.String("signal", sig.String()), zap.Duration("drain_delay", s.DrainDelay), zap.Duration("shutdown_timeout", s.ShutdownTimeout))
+	g.Drain()
+	t := time.NewTimer(s.DrainDelay)
+	select {
+	case <-t.C:
+	case <-sigs:
+		t.Stop()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout)
+	defer cancel()
+	if err := g.Shutdown(ctx); err != nil {
+		log.Warn("shutdown timeout: closed the remaining connections", zap.Error(err))
+	}
+	<-serveErr
+	log.Info("stopped")
+	return exitOK
+}
+
+func hostForURL(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok && ta.IP.IsUnspecified() {
+		return fmt.Sprintf("127.0.0.1:%d", ta.Port)
+	}
+	return a.String()
+}
+
+// newLogger builds the zap logger of the log section: JSON or console, at the configured level,
+// to stderr.
+func newLogger(l conf.Log, w io.Writer) (*zap.Logger, error) {
+	level, err := zapcore.ParseLevel(l.Level)
+	if err != nil {
+		return nil, fmt.Errorf("log.level: %w", err)
+	}
+	ec := zap.NewProductionEncoderConfig()
+	ec.TimeKey = "time"
+	ec.EncodeTime = zapcore.RFC3339NanoTimeEncoder
+	ec.EncodeDuration = zapcore.SecondsDurationEncoder
+	var enc zapcore.Encoder
+	if l.Format == "console" {
+		enc = zapcore.NewConsoleEncoder(ec)
+	} else {
+		enc = zapcore.NewJSONEncoder(ec)
+	}
+	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), level)
+	return zap.New(core), nil
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Import-direction check (STYLE 1): main -> gateway -> limits, timeouts, streaming; main, gateway
+# -> conf. The leaves import only the standard library, fasthttp and the metrics package.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fail=0
+for leaf in limits timeouts streaming; do
+	[ -d "$leaf" ] || continue
+	bad=$(go list -f '{{join .Imports "\n"}}' "./$leaf" 2>/dev/null |
+		grep -E '^(toron/|go\.uber\.org/zap)' || true)
+	if [ -n "$bad" ]; then
+		echo "deps: $leaf must not import: $bad"
+		fail=1
+	fi
+done
+bad=$(go list -f '{{join .Imports "\n"}}' ./conf | grep -E '^toron/' || true)
+if [ -n "$bad" ]; then
+	echo "deps: conf must not import: $bad"
+	fail=1
+fi
+exit $fail
