@@ -54,8 +54,8 @@ type exchange struct {
 	bytesOut   int64
 	headerWait time.Duration
 
-	path  []byte // the normalized path: matched and forwarded
-	reqID []byte
+	path    []byte // the normalized path: matched and forwarded
+	reqID   []byte
 	scratch []byte
 
 	upResp *fasthttp.Response

@@ -167,13 +167,13 @@ func (g *Gateway) attachBody(ctx *fasthttp.RequestCtx, x *exchange, req *fasthtt
 // ceiling on decoded bytes (Tier 2, SPEC 3 step 8) and remembers the first client-side error,
 // so that a failed forward can be told apart from a failed upstream.
 type bodyReader struct {
-	x      *exchange
-	src    io.Reader
-	want   int64 // declared length, -1 chunked
-	n      int64
-	max    int64
-	err    error
-	chunk  []byte
+	x     *exchange
+	src   io.Reader
+	want  int64 // declared length, -1 chunked
+	n     int64
+	max   int64
+	err   error
+	chunk []byte
 }
 
 func (b *bodyReader) reset(x *exchange, src io.Reader, declared int64) {
@@ -229,9 +229,9 @@ func (b *bodyReader) readAllInto(req *fasthttp.Request) {
 // the handler returned and then calls CloseWithError, which finishes the exchange: that is where
 // the slots are released for streamed responses.
 type respStream struct {
-	x       *exchange
-	src     io.Reader
-	upErr   error
+	x     *exchange
+	src   io.Reader
+	upErr error
 }
 
 func (s *respStream) reset(x *exchange, src io.Reader) {

@@ -1,0 +1,120 @@
+package gateway
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRejectionsThroughListener checks the gateway's own answers: status, exact JSON, content
+// type and whether the connection closes.
+func TestRejectionsThroughListener(t *testing.T) {
+	up := startUpstream(t, nil)
+	gw := startGateway(t, "max_header_bytes: 4096\n", upstreamRoute("/api", up.addr, "")+upstreamRoute("/small", up.addr, "max_body_bytes: 100"))
+	bigHeader := "X-Big: " + strings.Repeat("a", 5000) + "\r\n"
+	cases := []struct {
+		name      string
+		req       string
+		status    int
+		body      string
+		wantClose bool
+	}{
+		{"no route", "GET /nothing HTTP/1.1\r\nHost: a\r\n\r\n", 404, `{"error":"404 Not Found: no route matches the request"}`, false},
+		{"no route with body", "POST /nothing HTTP/1.1\r\nHost: a\r\nContent-Length: 1000000\r\n\r\n", 404, `{"error":"404 Not Found: no route matches the request"}`, true},
+		{"segment boundary", "GET /apix HTTP/1.1\r\nHost: a\r\n\r\n", 404, `{"error":"404 Not Found: no route matches the request"}`, false},
+		{"header too large", "GET /api HTTP/1.1\r\nHost: a\r\n" + bigHeader + "\r\n", 431, `{"error":"431 Request Header Fields Too Large: request line and headers exceed max_header_bytes"}`, true},
+		{"CL and TE", "POST /api HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400, `{"error":"400 Bad Request: malformed request"}`, true},
+		{"duplicate CL", "POST /api HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello", 400, `{"error":"400 Bad Request: malformed request"}`, true},
+		{"signed CL", "POST /api HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\nhello", 400, `{"error":"400 Bad Request: malformed request"}`, true},
+		{"TE gzip", "POST /api HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 400, `{"error":"400 Bad Request: malformed request"}`, true},
+		{"TE twice", "POST /api HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400, `{"error":"400 Bad Request: malformed request"}`, true},
+		{"space before colon", "GET /api HTTP/1.1\r\nHost: a\r\nX-A : 1\r\n\r\n", 400, `{"error":"400 Bad Request: malformed request"}`, true},
+		{"upgrade", "GET /api HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", 501, `{"error":"501 Not Implemented: connection upgrades are not supported"}`, true},
+		{"tier-1 413", "POST /small HTTP/1.1\r\nHost: a\r\nContent-Length: 101\r\n\r\n", 413, `{"error":"413 Payload Too Large: request Content-Length exceeds effective route limit"}`, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := rawRequest(t, gw.addr, tc.req)
+			if resp.StatusCode != tc.status || string(resp.body) != tc.body {
+				t.Fatalf("got %d %s, want %d %s", resp.StatusCode, resp.body, tc.status, tc.body)
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("content type %q", ct)
+			}
+			if tc.wantClose && !resp.closed {
+				t.Errorf("connection left open (Connection: close announced: %v)", resp.Close)
+			}
+			if !tc.wantClose && resp.Close {
+				t.Errorf("connection closed, want keep-alive")
+			}
+		})
+	}
+	if n := up.requests.Load(); n != 0 {
+		t.Errorf("upstream saw %d requests, want 0", n)
+	}
+	if n := up.conns.Load(); n != 0 {
+		t.Errorf("upstream saw %d connections, want 0", n)
+	}
+}
+
+// TestTier1BeforeBody: a client that declares a large body and sends only the headers gets
+// the 413 at once, without any body byte, and the upstream gets no connection.
+func TestTier1BeforeBody(t *testing.T) {
+	up := startUpstream(t, nil)
+	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
+	for _, expect := range []bool{false, true} {
+		c, err := net.Dial("tcp", gw.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := "POST /api/upload HTTP/1.1\r\nHost: a\r\nContent-Length: 1073741824\r\n"
+		if expect {
+			req += "Expect: 100-continue\r\n"
+		}
+		start := time.Now()
+		if _, err := io.WriteString(c, req+"\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp := readRawResponse(t, c, "POST")
+		elapsed := time.Since(start)
+		c.Close()
+		if resp.StatusCode != 413 || !strings.Contains(string(resp.body), "exceeds effective route limit") {
+			t.Fatalf("expect=%v: %d %s", expect, resp.StatusCode, resp.body)
+		}
+		if !resp.closed {
+			t.Errorf("expect=%v: connection not closed", expect)
+		}
+		// read_timeout is 5s: an answer that waited for body bytes would take that long.
+		if elapsed > time.Second {
+			t.Errorf("expect=%v: 413 took %v", expect, elapsed)
+		}
+	}
+	if up.conns.Load() != 0 {
+		t.Errorf("upstream dialed")
+	}
+}
+
+func TestExpectContinueAccepted(t *testing.T) {
+	up := startUpstream(t, nil)
+	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
+	c, err := net.Dial("tcp", gw.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /api HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 64)
+	n, err := c.Read(buf)
+	if err != nil || !strings.HasPrefix(string(buf[:n]), "HTTP/1.1 100 Continue") {
+		t.Fatalf("want 100 Continue, got %q %v", buf[:n], err)
+	}
+	io.WriteString(c, "hello")
+	resp := readRawResponse(t, c, "POST")
+	if resp.StatusCode != 200 || string(resp.body) != "hello" {
+		t.Fatalf("status %d body %q", resp.StatusCode, resp.body)
+	}
+}

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// binPath is the toron binary built once for the process-level tests: signals and exit codes
+// belong to a real process.
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "toron-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "toron")
+	out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build toron: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+func TestCheckShippedConfig(t *testing.T) {
+	cmd := exec.Command(binPath, "-check", "-config", "conf/config.yaml", "-routes", "conf/routes.yaml")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if code := exitCode(cmd.Run()); code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, stderr.String())
+	}
+	var v map[string]any
+	if err := json.Unmarshal(stdout.Bytes(), &v); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, stdout.String())
+	}
+	for _, want := range []string{"elevated", "guardrail", "/legacy/upload"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("-check output lacks %q", want)
+		}
+	}
+	if !strings.Contains(stderr.String(), "warning") {
+		t.Errorf("expected the elevated-budget warning on stderr, got %q", stderr.String())
+	}
+}
+
+func TestCheckInvalidConfigExits2(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "config.yaml", "server:\n  read_timeout: -5s\n")
+	routes := writeFile(t, dir, "routes.yaml", "routes:\n  - type: upstream\n    prefix: /api\n    target: http://127.0.0.1:1\n")
+	cmd := exec.Command(binPath, "-check", "-config", cfg, "-routes", routes)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if code := exitCode(cmd.Run()); code != 2 {
+		t.Fatalf("exit %d, want 2; stderr %s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "read_timeout") {
+		t.Errorf("error does not name the key: %s", stderr.String())
+	}
+
+	cmd = exec.Command(binPath, "-check", "-config", filepath.Join(dir, "missing.yaml"), "-routes", routes)
+	stderr.Reset()
+	cmd.Stderr = &stderr
+	if code := exitCode(cmd.Run()); code != 2 {
+		t.Fatalf("missing file: exit %d, want 2", code)
+	}
+	if !strings.Contains(stderr.String(), "missing.yaml") {
+		t.Errorf("error does not name the missing file: %s", stderr.String())
+	}
+}
+
+func TestPortInUseExits1(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n", port))
+	routes := writeFile(t, dir, "routes.yaml", "routes:\n  - type: upstream\n    prefix: /api\n    target: http://127.0.0.1:1\n")
+	cmd := exec.Command(binPath, "-config", cfg, "-routes", routes)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if code := exitCode(cmd.Run()); code != 1 {
+		t.Fatalf("exit %d, want 1; stderr %s", code, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "in use") {
+		t.Errorf("want one line saying the address is in use, got %q", stderr.String())
+	}
+}
+
+// TestGracefulShutdown sends a real SIGTERM to a real process with a request in flight:
+// /health says draining during drain_delay, responses carry Connection: close, the in-flight
+// request completes, and the process exits 0.
+func TestGracefulShutdown(t *testing.T) {
+	up := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d, err := time.ParseDuration(r.URL.Query().Get("delay")); err == nil {
+			time.Sleep(d)
+		}
+		io.WriteString(w, "done")
+	})}
+	uln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go up.Serve(uln)
+	defer up.Close()
+
+	port := freePort(t)
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 1s\n  shutdown_timeout: 10s\nlog:\n  access: true\n", port))
+	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /\n    target: http://%s\n", uln.Addr()))
+	cmd := exec.Command(binPath, "-config", cfg, "-routes", routes)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	waitHealthy(t, base)
+
+	type result struct {
+		status int
+		body   string
+		err    error
+	}
+	inflight := make(chan result, 1)
+	go func() {
+		resp, err := http.Get(base + "/slow?delay=2500ms")
+		if err != nil {
+			inflight <- result{err: err}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		inflight <- result{status: resp.StatusCode, body: string(b)}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	resp, err := http.Get(base + "/health")
+	if err != nil {
+		t.Fatalf("health during drain_delay: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || string(b) != `{"status":"draining"}` {
+		t.Errorf("health during drain: %d %s", resp.StatusCode, b)
+	}
+	resp, err = http.Get(base + "/fast")
+	if err != nil {
+		t.Fatalf("request during drain_delay: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !resp.Close {
+		t.Errorf("request during drain: status %d, Connection: close %v", resp.StatusCode, resp.Close)
+	}
+
+	r := <-inflight
+	if r.err != nil || r.status != 200 || r.body != "done" {
+		t.Errorf("in-flight request: %+v", r)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if code := exitCode(err); code != 0 {
+			t.Errorf("exit %d; stderr %s", code, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("gateway did not exit; stderr %s", stderr.String())
+	}
+	// After drain the listener is closed.
+	if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
+		c.Close()
+		t.Errorf("listener still accepting after shutdown")
+	}
+	if !strings.Contains(stderr.String(), `"msg":"request"`) {
+		t.Errorf("no access log line on stderr: %s", stderr.String())
+	}
+}
+
+func waitHealthy(t *testing.T, base string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(base + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("gateway at %s never became healthy", base)
+}
+
+func TestDemoModeServes(t *testing.T) {
+	port := freePort(t)
+	cmd := exec.Command(binPath, "-demo")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("TORON_SERVER__PORT=%d", port), "TORON_SERVER__DRAIN_DELAY=0s", "TORON_LOG__ACCESS=false")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	banner := make(chan string, 1)
+	go func() {
+		var b strings.Builder
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			b.WriteString(sc.Text() + "\n")
+		}
+		banner <- b.String()
+	}()
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	waitHealthy(t, base)
+	resp, err := http.Get(base + "/api/users")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"service":"api"`) {
+		t.Errorf("demo /api: %d %s", resp.StatusCode, b)
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); exitCode(err) != 0 {
+		t.Errorf("demo exit: %v", err)
+	}
+	if out := <-banner; !strings.Contains(out, "curl") {
+		t.Errorf("banner has no curl commands: %q", out)
+	}
+}
