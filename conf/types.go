@@ -15,7 +15,8 @@ type Config struct {
 	// Routes is the route table of routes.yaml, in file order, each with its effective values.
 	Routes []Route `koanf:"routes" json:"routes"`
 
-	// ConfigFile and RoutesFile name the files this configuration came from ("" in demo mode).
+	// ConfigFile and RoutesFile name the files this configuration came from, as given to Load
+	// or LoadBytes ("" in demo mode).
 	ConfigFile string `koanf:"-" json:"config_file"`
 	RoutesFile string `koanf:"-" json:"routes_file"`
 	// Warnings are the non-fatal findings of validation (the elevated-budget warning), one line each.
@@ -77,47 +78,76 @@ type Log struct {
 }
 
 // Route is one entry of routes.yaml. The override fields are pointers: nil means "inherit the
-// server value". Load fills Effective.
+// server value". Load fills Effective; handlers should read Effective, not the overrides.
 type Route struct {
-	Type    string   `koanf:"type" json:"type"`
-	Name    string   `koanf:"name" json:"name"`
-	Prefix  string   `koanf:"prefix" json:"prefix"`
-	Host    string   `koanf:"host" json:"host,omitempty"`
+	// Type is the route type; "upstream" (RouteTypeUpstream) is the only one. Required.
+	Type string `koanf:"type" json:"type"`
+	// Name labels the route in logs and metrics and keys its bulkhead counter across reloads.
+	// Unique; Load fills in the default host + prefix (+ " " + comma-joined methods).
+	Name string `koanf:"name" json:"name"`
+	// Prefix is the path prefix, matched at a segment boundary against the normalized
+	// path. Required; starts with "/" and is itself normalized.
+	Prefix string `koanf:"prefix" json:"prefix"`
+	// Host is "" (every host), an exact host name, or a wildcard "*.example.com" matching one
+	// or more labels. Load lower-cases it; it never has a port.
+	Host string `koanf:"host" json:"host,omitempty"`
+	// Methods are the upper-case methods the route takes; nil means every method.
 	Methods []string `koanf:"methods" json:"methods,omitempty"`
-	Target  string   `koanf:"target" json:"target"`
+	// Target is the upstream, exactly "http://host:port" or "https://host:port" (no path,
+	// query or user information). Required.
+	Target string `koanf:"target" json:"target"`
 
-	MaxBodyBytes          *int64         `koanf:"max_body_bytes" json:"-"`
-	ReadTimeout           *time.Duration `koanf:"read_timeout" json:"-"`
-	WriteTimeout          *time.Duration `koanf:"write_timeout" json:"-"`
+	// MaxBodyBytes overrides Server.MaxBodyBytes (bytes; 0 accepts no body).
+	MaxBodyBytes *int64 `koanf:"max_body_bytes" json:"-"`
+	// ReadTimeout overrides Server.ReadTimeout (> 0).
+	ReadTimeout *time.Duration `koanf:"read_timeout" json:"-"`
+	// WriteTimeout overrides Server.WriteTimeout (> 0).
+	WriteTimeout *time.Duration `koanf:"write_timeout" json:"-"`
+	// ResponseHeaderTimeout overrides Server.ResponseHeaderTimeout (> 0).
 	ResponseHeaderTimeout *time.Duration `koanf:"response_header_timeout" json:"-"`
-	ConnectTimeout        *time.Duration `koanf:"connect_timeout" json:"-"`
-	MinProgressBytes      *int64         `koanf:"min_progress_bytes" json:"-"`
-	InboundChunkedMode    *string        `koanf:"inbound_chunked_mode" json:"-"`
-	MaxConcurrency        *int           `koanf:"max_concurrency" json:"-"`
-	MaxUpstreamConns      *int           `koanf:"max_upstream_conns" json:"-"`
-	StreamRequestBody     *bool          `koanf:"stream_request_body" json:"-"`
+	// ConnectTimeout overrides Server.ConnectTimeout (> 0).
+	ConnectTimeout *time.Duration `koanf:"connect_timeout" json:"-"`
+	// MinProgressBytes overrides Server.MinProgressBytes (bytes; 0 turns the drip check off).
+	MinProgressBytes *int64 `koanf:"min_progress_bytes" json:"-"`
+	// InboundChunkedMode overrides Server.InboundChunkedMode.
+	InboundChunkedMode *string `koanf:"inbound_chunked_mode" json:"-"`
+	// MaxConcurrency is the bulkhead size (>= 1); nil lets the guardrail decide.
+	MaxConcurrency *int `koanf:"max_concurrency" json:"-"`
+	// MaxUpstreamConns is the upstream pool size (>= 1); nil means MaxConcurrency, else 512.
+	MaxUpstreamConns *int `koanf:"max_upstream_conns" json:"-"`
+	// StreamRequestBody: true always streams, false always buffers, nil decides by size.
+	StreamRequestBody *bool `koanf:"stream_request_body" json:"-"`
 
 	// Effective holds the values in force for this route once defaults, overrides and the
 	// guardrail are applied.
 	Effective Effective `koanf:"-" json:"effective"`
 }
 
-// Effective is a route's resolved settings.
+// Effective is a route's resolved settings: each override, else the server's value, with
+// the guardrail applied. Every field is set by Load.
 type Effective struct {
-	MaxBodyBytes          int64         `json:"max_body_bytes"`
-	ReadTimeout           time.Duration `json:"read_timeout"`
-	WriteTimeout          time.Duration `json:"write_timeout"`
+	// MaxBodyBytes is the body ceiling in bytes; 0 means no body is accepted.
+	MaxBodyBytes int64 `json:"max_body_bytes"`
+	// ReadTimeout is the header deadline and sliding body window; always > 0.
+	ReadTimeout time.Duration `json:"read_timeout"`
+	// WriteTimeout is the sliding window for writes to the client; always > 0.
+	WriteTimeout time.Duration `json:"write_timeout"`
+	// ResponseHeaderTimeout bounds the wait for upstream response headers; always > 0.
 	ResponseHeaderTimeout time.Duration `json:"response_header_timeout"`
-	ConnectTimeout        time.Duration `json:"connect_timeout"`
-	MinProgressBytes      int64         `json:"min_progress_bytes"`
-	InboundChunkedMode    string        `json:"inbound_chunked_mode"`
+	// ConnectTimeout bounds dialing the upstream; always > 0.
+	ConnectTimeout time.Duration `json:"connect_timeout"`
+	// MinProgressBytes is the anti-drip minimum per window; 0 turns the drip check off (a
+	// pause longer than ReadTimeout is still cut).
+	MinProgressBytes int64 `json:"min_progress_bytes"`
+	// InboundChunkedMode is ChunkedNormalize or ChunkedPassthrough.
+	InboundChunkedMode string `json:"inbound_chunked_mode"`
 	// MaxConcurrency is the bulkhead size; 0 means unlimited.
 	MaxConcurrency int `json:"max_concurrency"`
-	// MaxConcurrencySource is "explicit", "guardrail" or "unlimited".
+	// MaxConcurrencySource is SourceExplicit, SourceGuardrail or SourceUnlimited.
 	MaxConcurrencySource string `json:"max_concurrency_source"`
 	// MaxUpstreamConns is the upstream pool size: explicit, else MaxConcurrency, else 512.
 	MaxUpstreamConns int `json:"max_upstream_conns"`
-	// StreamRequestBody is "auto", "always" or "never".
+	// StreamRequestBody is StreamAuto, StreamAlways or StreamNever.
 	StreamRequestBody string `json:"stream_request_body"`
 	// Elevated is true when any limit exceeds the server's (SPEC 2 guardrail); ElevatedReasons
 	// names each one, e.g. "max_body_bytes 209715200 > server 4194304".

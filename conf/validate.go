@@ -198,6 +198,8 @@ func checkRouteHost(h string) string {
 	switch {
 	case h == "":
 		return "must not be empty (remove the key to match every host)"
+	case strings.HasPrefix(h, "["):
+		return fmt.Sprintf("%q: IPv6 literal hosts are not supported (remove the key to match every host)", h)
 	case strings.Contains(h, ":"):
 		return fmt.Sprintf("%q must not have a port: the port of the Host header is ignored when matching", h)
 	case strings.HasPrefix(h, "*."):

@@ -158,6 +158,13 @@ func (u *Upstreams) Close() error {
 		})
 
 		var errs []error
+		// Close the listeners first: a Shutdown that runs before its Serve goroutine registered
+		// the listener returns at once, and that Serve would then accept forever.
+		for _, s := range u.servers {
+			if err := s.ln.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("demo: cannot close the %s listener: %w", s.name, err))
+			}
+		}
 		var shutters sync.WaitGroup
 		var errMu sync.Mutex
 		for _, s := range u.servers {
@@ -188,6 +195,15 @@ type trackingListener struct {
 	net.Listener
 	mu    sync.Mutex
 	conns map[*trackedConn]struct{}
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Close closes the listener once; Close and fasthttp's Shutdown both call it.
+func (l *trackingListener) Close() error {
+	l.closeOnce.Do(func() { l.closeErr = l.Listener.Close() })
+	return l.closeErr
 }
 
 // Accept accepts the next connection and tracks it until its Close.

@@ -58,7 +58,7 @@ type reportReply struct {
 
 // uploadReply is the upload sink's answer: the body it received and how it was framed.
 type uploadReply struct {
-	Bytes int64  `json:"bytes"`
+	Bytes  int64  `json:"bytes"`
 	SHA256 string `json:"sha256"`
 	// TransferEncoding is "chunked" when the request arrived chunked, else "".
 	TransferEncoding string `json:"transfer_encoding"`

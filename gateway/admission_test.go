@@ -1,0 +1,344 @@
+package gateway
+
+import (
+	"fmt"
+	"io"
+	"math/rand"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// slowHandler holds each request until release is closed (or the request's delay passes).
+func slowHandler(release <-chan struct{}) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		d, _ := time.ParseDuration(r.URL.Query().Get("delay"))
+		if d == 0 {
+			d = time.Minute
+		}
+		select {
+		case <-release:
+		case <-time.After(d):
+		case <-r.Context().Done():
+		}
+		_, _ = io.WriteString(w, "ok")
+	}
+}
+
+// getStatus sends one GET with a fresh connection and returns status and body.
+func getStatus(addr, path string) (int, string, http.Header, error) {
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
+	resp, err := c.Get("http://" + addr + path)
+	if err != nil {
+		return 0, "", nil, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header, nil
+}
+
+func TestBulkheadBurstNeverExceeded(t *testing.T) {
+	release := make(chan struct{})
+	up := startUpstream(t, slowHandler(release))
+	gw := startGateway(t, "", upstreamRoute("/legacy", up.addr, "max_concurrency: 8"))
+
+	const burst = 200
+	type res struct {
+		status int
+		body   string
+		hdr    http.Header
+		err    error
+	}
+	results := make(chan res, burst)
+	var wg sync.WaitGroup
+	for i := 0; i < burst; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, b, h, err := getStatus(gw.addr, "/legacy/report?delay=3s")
+			results <- res{s, b, h, err}
+		}()
+	}
+	// Let the burst arrive, then check what reached the upstream while it is held.
+	deadline := time.Now().Add(10 * time.Second)
+	for up.inflight.Load() < 8 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := gw.g.stats.get("/legacy").bulkhead.InFlight(); n != 8 {
+		t.Errorf("route in flight %d, want 8", n)
+	}
+	close(release)
+	wg.Wait()
+	close(results)
+	var ok, rejected int
+	for r := range results {
+		switch {
+		case r.err != nil:
+			t.Errorf("request error: %v", r.err)
+		case r.status == 200:
+			ok++
+		case r.status == 503:
+			rejected++
+			if r.body != `{"error":"503 Service Unavailable: Route concurrency limit reached"}` || r.hdr.Get("Retry-After") != "5" {
+				t.Errorf("503 body %s, Retry-After %q", r.body, r.hdr.Get("Retry-After"))
+			}
+		default:
+			t.Errorf("unexpected status %d %s", r.status, r.body)
+		}
+	}
+	if m := up.maxSeen.Load(); m > 8 {
+		t.Errorf("upstream saw %d concurrent requests, bulkhead is 8", m)
+	}
+	if ok < 8 || ok+rejected != burst {
+		t.Errorf("%d ok, %d rejected", ok, rejected)
+	}
+	waitIdle(t, gw.g)
+}
+
+// waitIdle waits until every in-flight gauge of the gateway is back to 0.
+func waitIdle(t *testing.T, g *Gateway) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		busy, budget := g.workers.Busy(), g.budget.InFlight()
+		var routes []string
+		g.stats.mu.Lock()
+		for name, s := range g.stats.byName {
+			if n := s.bulkhead.InFlight(); n != 0 {
+				routes = append(routes, fmt.Sprintf("%s=%d", name, n))
+			}
+		}
+		g.stats.mu.Unlock()
+		if busy == 0 && budget == 0 && len(routes) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway not idle: workers %d, elevated %d, routes %v", busy, budget, routes)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestElevatedBudgetShared(t *testing.T) {
+	release := make(chan struct{})
+	up := startUpstream(t, slowHandler(release))
+	// worker_pool_size 16 and elevated_share 0.25: a budget of 4 for two elevated routes of 4.
+	gw := startGateway(t, "worker_pool_size: 16\nelevated_share: 0.25\n",
+		upstreamRoute("/a", up.addr, "max_concurrency: 4\nresponse_header_timeout: 60s")+
+			upstreamRoute("/b", up.addr, "max_concurrency: 4\nresponse_header_timeout: 60s")+
+			upstreamRoute("/api", up.addr, ""))
+	var wg sync.WaitGroup
+	statuses := make(chan int, 12)
+	for i := 0; i < 12; i++ {
+		path := "/a/x"
+		if i%2 == 1 {
+			path = "/b/x"
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, _, _, _ := getStatus(gw.addr, path)
+			statuses <- s
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for up.inflight.Load() < 4 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := up.inflight.Load(); n != 4 {
+		t.Errorf("elevated routes hold %d upstream requests together, budget is 4", n)
+	}
+	if n := gw.g.budget.InFlight(); n != 4 {
+		t.Errorf("elevated in flight %d", n)
+	}
+	// A fast route is untouched by the elevated budget.
+	if s, _, _, err := getStatus(gw.addr, "/api/fast?delay=1ms"); err != nil || s != 200 {
+		t.Errorf("fast route while elevated budget is full: %d %v", s, err)
+	}
+	close(release)
+	wg.Wait()
+	close(statuses)
+	var ok int
+	for s := range statuses {
+		if s == 200 {
+			ok++
+		} else if s != 503 {
+			t.Errorf("status %d", s)
+		}
+	}
+	if ok < 4 {
+		t.Errorf("only %d elevated requests served", ok)
+	}
+	if m := up.maxSeen.Load(); m > 5 { // 4 elevated + the one fast request
+		t.Errorf("upstream saw %d concurrent requests", m)
+	}
+	waitIdle(t, gw.g)
+}
+
+func TestWorkerPoolSaturatedWhileHealthAnswers(t *testing.T) {
+	release := make(chan struct{})
+	up := startUpstream(t, slowHandler(release))
+	gw := startGateway(t, "worker_pool_size: 8\nworker_queue_timeout: 50ms\n", upstreamRoute("/api", up.addr, ""))
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, _, _ = getStatus(gw.addr, "/api/slow")
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for up.inflight.Load() < 8 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	s, body, hdr, err := getStatus(gw.addr, "/api/ninth")
+	if err != nil || s != 503 || body != `{"error":"503 Service Unavailable: Worker pool saturated"}` || hdr.Get("Retry-After") != "5" {
+		t.Errorf("ninth request: %d %s %v", s, body, err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("pool 503 took %v", d)
+	}
+	for i := 0; i < 5; i++ {
+		if s, body, _, err := getStatus(gw.addr, "/health"); err != nil || s != 200 || body != `{"status":"ok"}` {
+			t.Errorf("health while pool saturated: %d %s %v", s, body, err)
+		}
+	}
+	// A headers-only client declaring a body gets the pool's 503 without sending it, and the
+	// connection closes.
+	c, err := net.Dial("tcp", gw.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c, "POST /api/up HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n")
+	resp := readRawResponse(t, c, "POST")
+	c.Close()
+	if resp.StatusCode != 503 || !resp.closed {
+		t.Errorf("headers-only POST: %d closed=%v", resp.StatusCode, resp.closed)
+	}
+	close(release)
+	wg.Wait()
+	if n := up.maxSeen.Load(); n > 8 {
+		t.Errorf("upstream saw %d", n)
+	}
+	waitIdle(t, gw.g)
+}
+
+func TestIdleConnectionsHoldNoWorker(t *testing.T) {
+	up := startUpstream(t, nil)
+	gw := startGateway(t, "worker_pool_size: 8\n", upstreamRoute("/api", up.addr, ""))
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	// 500 keep-alive connections that made a request and went idle, and some that are still
+	// sending their headers.
+	for i := 0; i < 500; i++ {
+		c, err := net.Dial("tcp", gw.addr)
+		if err != nil {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+		conns = append(conns, c)
+		if i%5 == 0 {
+			io.WriteString(c, "GET /api/x HTTP/1.1\r\nHost: a\r\nX-Slow: ") // never finished
+			continue
+		}
+		io.WriteString(c, "GET /api/x HTTP/1.1\r\nHost: a\r\n\r\n")
+		resp := readRawResponse(t, c, "GET")
+		if resp.StatusCode != 200 {
+			t.Fatalf("conn %d: %d", i, resp.StatusCode)
+		}
+	}
+	if b := gw.g.workers.Busy(); b != 0 {
+		t.Errorf("%d workers busy with idle connections", b)
+	}
+	s, _, _, err := getStatus(gw.addr, "/api/fresh")
+	if err != nil || s != 200 {
+		t.Fatalf("fresh client: %d %v", s, err)
+	}
+}
+
+// TestSlotsReleasedUnderChaos: many requests with random client aborts and upstream failures
+// leave every in-flight gauge at 0.
+func TestSlotsReleasedUnderChaos(t *testing.T) {
+	n := 10000
+	if testing.Short() {
+		n = 1000
+	}
+	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Query().Get("mode") {
+		case "hang":
+			time.Sleep(20 * time.Millisecond)
+		case "abort":
+			hj, _ := w.(http.Hijacker)
+			c, _, err := hj.Hijack()
+			if err == nil {
+				c.Close()
+			}
+			return
+		case "partial":
+			w.Header().Set("Content-Length", "1000")
+			io.WriteString(w, "short")
+			hj, _ := w.(http.Hijacker)
+			if c, buf, err := hj.Hijack(); err == nil {
+				buf.Flush()
+				c.Close()
+			}
+			return
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		io.WriteString(w, strings.Repeat("x", 100))
+	})
+	gw := startGateway(t, "worker_pool_size: 16\nworker_queue_timeout: 20ms\n",
+		upstreamRoute("/api", up.addr, "max_concurrency: 6")+
+			upstreamRoute("/legacy", up.addr, "max_concurrency: 4\nread_timeout: 10s"))
+	modes := []string{"ok", "ok", "ok", "hang", "abort", "partial"}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			rng := rand.New(rand.NewSource(int64(i)))
+			prefix := "/api"
+			if rng.Intn(3) == 0 {
+				prefix = "/legacy"
+			}
+			mode := modes[rng.Intn(len(modes))]
+			c, err := net.Dial("tcp", gw.addr)
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			var req string
+			if rng.Intn(2) == 0 {
+				req = fmt.Sprintf("GET %s/x?mode=%s HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", prefix, mode)
+			} else {
+				req = fmt.Sprintf("POST %s/x?mode=%s HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Length: 20000\r\n\r\n%s", prefix, mode, strings.Repeat("b", 20000))
+			}
+			switch rng.Intn(4) {
+			case 0: // abort mid-request
+				io.WriteString(c, req[:rng.Intn(len(req))])
+				return
+			case 1: // abort right after sending
+				io.WriteString(c, req)
+				return
+			}
+			io.WriteString(c, req)
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, _ = io.Copy(io.Discard, c)
+		}(i)
+	}
+	wg.Wait()
+	waitIdle(t, gw.g)
+}
