@@ -1,0 +1,112 @@
+package gateway
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// scrape returns /metrics as a map from series (name{labels}) to value.
+func scrape(t *testing.T, addr string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	out := make(map[string]float64)
+	for _, line := range strings.Split(string(b), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("bad metrics line %q", line)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+func TestMetricsAfterScriptedMix(t *testing.T) {
+	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/api/teapot" {
+			w.WriteHeader(418)
+		}
+		_, _ = w.Write(b)
+	})
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	refused := ln.Addr().String()
+	ln.Close()
+	gw := startGateway(t, "", upstreamRoute("/api", up.addr, "max_body_bytes: 1000")+upstreamRoute("/down", refused, ""))
+
+	for i := 0; i < 3; i++ {
+		rawRequest(t, gw.addr, "GET /api/a HTTP/1.1\r\nHost: a\r\n\r\n")
+	}
+	rawRequest(t, gw.addr, "POST /api/a HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\n0123456789")
+	rawRequest(t, gw.addr, "GET /api/teapot HTTP/1.1\r\nHost: a\r\n\r\n")
+	rawRequest(t, gw.addr, "POST /api/a HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\n\r\n")
+	rawRequest(t, gw.addr, "GET /nowhere HTTP/1.1\r\nHost: a\r\n\r\n")
+	rawRequest(t, gw.addr, "GET /nowhere HTTP/1.1\r\nHost: a\r\n\r\n")
+	rawRequest(t, gw.addr, "GET /down HTTP/1.1\r\nHost: a\r\n\r\n")
+	rawRequest(t, gw.addr, "POST /api HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx")
+	rawRequest(t, gw.addr, "GET /health HTTP/1.1\r\nHost: a\r\n\r\n")
+
+	m := scrape(t, gw.addr)
+	want := map[string]float64{
+		`toron_requests_total{route="/api",code="200"}`:                  4,
+		`toron_requests_total{route="/api",code="418"}`:                  1,
+		`toron_requests_total{route="/api",code="413"}`:                  1,
+		`toron_requests_total{route="none",code="404"}`:                  2,
+		`toron_requests_total{route="none",code="400"}`:                  1,
+		`toron_requests_total{route="/down",code="502"}`:                 1,
+		`toron_rejected_total{route="/api",reason="body_too_large"}`:     1,
+		`toron_rejected_total{route="none",reason="no_route"}`:           2,
+		`toron_rejected_total{route="none",reason="bad_request"}`:        1,
+		`toron_rejected_total{route="/down",reason="upstream_error"}`:    1,
+		`toron_rejected_total{route="/api",reason="concurrency"}`:        0,
+		`toron_request_body_bytes_total{route="/api"}`:                   10,
+		`toron_response_body_bytes_total{route="/api"}`:                  10 + int64f(len(`{"error":"413 Payload Too Large: request Content-Length exceeds effective route limit"}`)),
+		`toron_route_inflight{route="/api"}`:                             0,
+		`toron_route_max_concurrency{route="/api"}`:                      0,
+		`toron_workers_busy`:                                             0,
+		`toron_workers_max`:                                              128,
+		`toron_elevated_inflight`:                                        0,
+		`toron_upstream_header_wait_seconds_count{route="/api"}`:         5,
+		`toron_request_duration_seconds_count{route="/api"}`:             6,
+		`toron_config_reloads_total`:                                     0,
+		`toron_config_reload_errors_total`:                               0,
+	}
+	for k, v := range want {
+		got, ok := m[k]
+		if !ok {
+			t.Errorf("missing series %s", k)
+			continue
+		}
+		if got != v {
+			t.Errorf("%s = %v, want %v", k, got, v)
+		}
+	}
+	if m["toron_connections_open"] < 1 {
+		t.Errorf("toron_connections_open = %v while scraping", m["toron_connections_open"])
+	}
+	bucket := regexp.MustCompile(`^toron_upstream_header_wait_seconds_bucket\{route="/api",le="[^"]+"\}$`)
+	found := false
+	for k := range m {
+		if bucket.MatchString(k) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no le buckets for the upstream header wait histogram")
+	}
+}
+
+func int64f(n int) float64 { return float64(n) }
