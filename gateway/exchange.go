@@ -43,6 +43,7 @@ type exchange struct {
 	local         localKind
 	rej           *rejection
 	bodyAnnounced bool
+	chunked       bool
 
 	holdsRoute  bool
 	holdsBudget bool
@@ -78,6 +79,7 @@ func (x *exchange) begin(g *Gateway, ctx *fasthttp.RequestCtx) {
 	x.local = localNone
 	x.rej = nil
 	x.bodyAnnounced = false
+	x.chunked = false
 	x.status = 0
 	x.reason = reasonNone
 	x.bytesIn = 0
@@ -119,6 +121,7 @@ func (x *exchange) finish() {
 		return
 	}
 	g := x.g
+	x.body.release()
 	if x.upResp != nil {
 		fasthttp.ReleaseResponse(x.upResp)
 		x.upResp = nil

@@ -45,7 +45,11 @@ func (g *Gateway) onHeaders(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	}
 	if x.route != nil {
 		cc.writeWindow = x.route.eff.WriteTimeout
-		return fasthttp.RequestConfig{ReadTimeout: x.route.eff.ReadTimeout}
+		rc := fasthttp.RequestConfig{ReadTimeout: x.route.eff.ReadTimeout}
+		if x.chunked {
+			rc.MaxRequestBodySize = chunkedRaw(h).MaxRequestBodySize
+		}
+		return rc
 	}
 	return fasthttp.RequestConfig{}
 }
@@ -55,7 +59,8 @@ func (g *Gateway) decide(h *fasthttp.RequestHeader, x *exchange) {
 	snap := g.snap.Load()
 	x.snap = snap
 	cl := h.ContentLength()
-	x.bodyAnnounced = cl > 0 || cl == -1
+	x.chunked = cl == -1
+	x.bodyAnnounced = cl > 0 || x.chunked
 
 	// Step 2: framing. Anything ambiguous closes the connection.
 	if err := validateHeaders(h); err != nil {

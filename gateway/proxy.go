@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -22,11 +21,19 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 	x.upResp = resp
 	g.prepareRequest(ctx, x, req)
 	g.attachBody(ctx, x, req)
+	if err := x.body.err; err != nil && !errors.Is(err, io.EOF) {
+		// The body failed while being buffered: nothing was sent upstream.
+		fasthttp.ReleaseRequest(req)
+		g.answerForwardError(ctx, x, err)
+		x.finish()
+		return
+	}
 
 	start := time.Now()
 	err := r.client.Do(req, resp)
 	x.headerWait = time.Since(start)
 	fasthttp.ReleaseRequest(req)
+	x.body.release()
 
 	if err != nil {
 		g.answerForwardError(ctx, x, err)
@@ -137,141 +144,6 @@ func remoteIP(ctx *fasthttp.RequestCtx) []byte {
 	return []byte(ctx.RemoteAddr().String())
 }
 
-// attachBody gives the upstream request its body: none, buffered (at or below
-// stream_threshold_bytes, or stream_request_body false) or streamed through the body reader.
-func (g *Gateway) attachBody(ctx *fasthttp.RequestCtx, x *exchange, req *fasthttp.Request) {
-	x.body.reset(x, nil, 0)
-	cl := ctx.Request.Header.ContentLength()
-	if cl == 0 || cl == -2 {
-		return
-	}
-	stream := ctx.RequestBodyStream()
-	if stream == nil {
-		body := ctx.Request.Body()
-		x.bytesIn = int64(len(body))
-		req.SetBody(body)
-		return
-	}
-	eff := &x.route.eff
-	x.body.reset(x, stream, int64(cl))
-	buffer := eff.StreamRequestBody == "never" ||
-		(eff.StreamRequestBody == "auto" && cl > 0 && int64(cl) <= x.snap.cfg.Server.StreamThresholdBytes)
-	if buffer && cl > 0 {
-		x.body.readAllInto(req)
-		return
-	}
-	req.SetBodyStream(&x.body, cl)
-}
-
-// bodyReader is the client side of a forwarded body: it counts bytes, enforces the route's
-// ceiling on decoded bytes (Tier 2, SPEC 3 step 8) and remembers the first client-side error,
-// so that a failed forward can be told apart from a failed upstream.
-type bodyReader struct {
-	x     *exchange
-	src   io.Reader
-	want  int64 // declared length, -1 chunked
-	n     int64
-	max   int64
-	err   error
-	chunk []byte
-}
-
-func (b *bodyReader) reset(x *exchange, src io.Reader, declared int64) {
-	b.x = x
-	b.src = src
-	b.want = declared
-	b.n = 0
-	b.err = nil
-	if x.route != nil {
-		b.max = x.route.eff.MaxBodyBytes
-	}
-}
-
-// Read implements io.Reader for the upstream client.
-func (b *bodyReader) Read(p []byte) (int, error) {
-	if b.err != nil {
-		return 0, b.err
-	}
-	n, err := b.src.Read(p)
-	b.n += int64(n)
-	b.x.bytesIn = b.n
-	if b.n > b.max {
-		b.err = limits.ErrBodyTooLarge
-		return 0, b.err
-	}
-	if err != nil {
-		if errors.Is(err, io.EOF) && b.want >= 0 && b.n < b.want {
-			err = errClientEOF
-		}
-		b.err = err
-	}
-	return n, err
-}
-
-// readAllInto reads the whole (small) body into the upstream request's own buffer.
-func (b *bodyReader) readAllInto(req *fasthttp.Request) {
-	buf := bodyBufPool.Get().(*[]byte)
-	defer bodyBufPool.Put(buf)
-	for {
-		n, err := b.Read(*buf)
-		req.AppendBody((*buf)[:n])
-		if err != nil {
-			return
-		}
-		if b.want >= 0 && b.n >= b.want {
-			b.err = io.EOF
-			return
-		}
-	}
-}
-
-// respStream is the upstream response body on its way to the client. fasthttp copies it after
-// the handler returned and then calls CloseWithError, which finishes the exchange: that is where
-// the slots are released for streamed responses.
-type respStream struct {
-	x     *exchange
-	src   io.Reader
-	upErr error
-}
-
-func (s *respStream) reset(x *exchange, src io.Reader) {
-	s.x = x
-	s.src = src
-	s.upErr = nil
-}
-
-// Read implements io.Reader for fasthttp's response writer.
-func (s *respStream) Read(p []byte) (int, error) {
-	n, err := s.src.Read(p)
-	s.x.bytesOut += int64(n)
-	if err != nil && err != io.EOF {
-		s.upErr = err
-	}
-	return n, err
-}
-
-// CloseWithError is called by fasthttp with the error that ended the copy (nil on success).
-func (s *respStream) CloseWithError(err error) error {
-	x := s.x
-	switch {
-	case s.upErr != nil:
-		// The upstream aborted mid-response: the client connection closes without a clean end.
-		// fasthttp saw the read error too and closes the connection without a terminating
-		// chunk, so the client sees a truncated transfer (SPEC 6).
-		x.reason = reasonUpstreamError
-	case err != nil:
-		x.status, x.reason = statusClientClosed, reasonClientAbort
-		if isTimeout(err) {
-			x.reason = reasonSlowClient
-		}
-	}
-	x.finish()
-	return nil
-}
-
-// Close implements io.Closer.
-func (s *respStream) Close() error { return s.CloseWithError(nil) }
-
 var (
 	hdrHost            = []byte("Host")
 	hdrContentLength   = []byte("Content-Length")
@@ -280,10 +152,6 @@ var (
 	hdrXForwardedHost  = []byte("X-Forwarded-Host")
 	protoHTTP          = []byte("http")
 )
-
-// bodyBufPool holds the buffers small bodies are read through on their way into the upstream
-// request's own buffer.
-var bodyBufPool = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
 func appendIPv4(dst []byte, ip net.IP) []byte {
 	for i, b := range ip {

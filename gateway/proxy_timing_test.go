@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net"
+	"strconv"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -62,4 +63,50 @@ func BenchmarkProxySmallGETAccessLog(b *testing.B) {
 	up := startFastUpstream(b)
 	gw := startGatewayB(b, "", upstreamRoute("/api", up, ""), true)
 	benchmarkSmallGET(b, gw.addr)
+}
+
+// benchmarkRaw sends one fixed request per iteration on a fresh connection (rejections close
+// the connection) and reads the answer.
+func benchmarkRaw(b *testing.B, addr, req string, wantStatus int) {
+	buf := make([]byte, 4096)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Write([]byte(req)); err != nil {
+			b.Fatal(err)
+		}
+		n, err := c.Read(buf)
+		if err != nil || n < 12 || string(buf[9:12]) != strconv.Itoa(wantStatus) {
+			b.Fatalf("answer %q %v", buf[:n], err)
+		}
+		c.Close()
+	}
+}
+
+// BenchmarkRejectOversized is the Tier-1 413 of a headers-only client declaring 1 GiB.
+func BenchmarkRejectOversized(b *testing.B) {
+	up := startFastUpstream(b)
+	gw := startGatewayB(b, "", upstreamRoute("/api", up, ""), false)
+	benchmarkRaw(b, gw.addr, "POST /api/up HTTP/1.1\r\nHost: a\r\nContent-Length: 1073741824\r\n\r\n", 413)
+}
+
+// BenchmarkBulkheadReject is the bulkhead 503 of a full route (max_concurrency 1, held).
+func BenchmarkBulkheadReject(b *testing.B) {
+	up := startFastUpstream(b)
+	gw := startGatewayB(b, "", upstreamRoute("/legacy", up, "max_concurrency: 1"), false)
+	gw.g.stats.get("/legacy").bulkhead.TryAcquire() // hold the only slot
+	defer gw.g.stats.get("/legacy").bulkhead.Release()
+	benchmarkRaw(b, gw.addr, "GET /legacy/r HTTP/1.1\r\nHost: a\r\n\r\n", 503)
+}
+
+// BenchmarkProxySmallGETNewConn is a proxied small GET on a fresh connection: the same
+// connection cost as the rejection benchmarks, for their ratio.
+func BenchmarkProxySmallGETNewConn(b *testing.B) {
+	up := startFastUpstream(b)
+	gw := startGatewayB(b, "", upstreamRoute("/api", up, ""), false)
+	benchmarkRaw(b, gw.addr, "GET /api/users HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 200)
 }

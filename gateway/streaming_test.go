@@ -1,0 +1,278 @@
+package gateway
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"math/rand"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// sinkHandler reads the body, answering what it saw: bytes, sha256, Content-Length and
+// Transfer-Encoding.
+func sinkHandler(got *atomic.Int64) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		h := sha256.New()
+		n, err := io.Copy(h, io.TeeReader(r.Body, countWriter{got}))
+		status := 200
+		if err != nil {
+			status = 400
+		}
+		w.Header().Set("X-Seen-CL", fmt.Sprint(r.ContentLength))
+		w.Header().Set("X-Seen-TE", strings.Join(r.TransferEncoding, ","))
+		w.WriteHeader(status)
+		fmt.Fprintf(w, "%d %s", n, hex.EncodeToString(h.Sum(nil)))
+	}
+}
+
+type countWriter struct{ n *atomic.Int64 }
+
+func (c countWriter) Write(p []byte) (int, error) {
+	if c.n != nil {
+		c.n.Add(int64(len(p)))
+	}
+	return len(p), nil
+}
+
+// patternReader generates size pseudo-random bytes on the fly and hashes them as it goes.
+type patternReader struct {
+	left int64
+	rng  *rand.Rand
+	sum  hashWriter
+}
+
+type hashWriter interface {
+	io.Writer
+	Sum([]byte) []byte
+}
+
+func newPatternReader(size int64) *patternReader {
+	return &patternReader{left: size, rng: rand.New(rand.NewSource(size)), sum: sha256.New()}
+}
+
+func (p *patternReader) Read(b []byte) (int, error) {
+	if p.left == 0 {
+		return 0, io.EOF
+	}
+	if int64(len(b)) > p.left {
+		b = b[:p.left]
+	}
+	p.rng.Read(b)
+	p.left -= int64(len(b))
+	p.sum.Write(b)
+	return len(b), nil
+}
+
+func (p *patternReader) hex() string { return hex.EncodeToString(p.sum.Sum(nil)) }
+
+func TestUpload200MBByteExact(t *testing.T) {
+	if testing.Short() {
+		t.Skip("200 MB upload")
+	}
+	up := startUpstream(t, sinkHandler(nil))
+	gw := startGateway(t, "", upstreamRoute("/legacy/upload", up.addr, "max_body_bytes: 209715200\nmax_concurrency: 16\nread_timeout: 10s\nstream_request_body: true"))
+	const size = 200_000_000
+	src := newPatternReader(size)
+	req, _ := http.NewRequest("POST", "http://"+gw.addr+"/legacy/upload/file.bin", src)
+	req.ContentLength = size
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(b) != fmt.Sprintf("%d %s", size, src.hex()) {
+		t.Fatalf("status %d, upstream saw %q, sent %d %s", resp.StatusCode, b, size, src.hex())
+	}
+	if resp.Header.Get("X-Seen-CL") != fmt.Sprint(size) {
+		t.Errorf("upstream saw Content-Length %s", resp.Header.Get("X-Seen-CL"))
+	}
+}
+
+// chunkedUpload sends body as chunked over a raw connection and returns the response.
+func chunkedUpload(t *testing.T, addr, path string, chunks []string) rawResponse {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	w := bufio.NewWriter(c)
+	fmt.Fprintf(w, "POST %s HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", path)
+	for _, ch := range chunks {
+		fmt.Fprintf(w, "%x\r\n%s\r\n", len(ch), ch)
+	}
+	io.WriteString(w, "0\r\n\r\n")
+	w.Flush()
+	return readRawResponse(t, c, "POST")
+}
+
+func TestChunkedModes(t *testing.T) {
+	up := startUpstream(t, sinkHandler(nil))
+	gw := startGateway(t, "stream_threshold_bytes: 1000\n",
+		upstreamRoute("/norm", up.addr, "inbound_chunked_mode: normalize")+
+			upstreamRoute("/pass", up.addr, "inbound_chunked_mode: passthrough"))
+	small := []string{"hello ", "world"}
+	large := []string{strings.Repeat("a", 700), strings.Repeat("b", 700)}
+	sum := func(chunks []string) string {
+		h := sha256.Sum256([]byte(strings.Join(chunks, "")))
+		return fmt.Sprintf("%d %s", len(strings.Join(chunks, "")), hex.EncodeToString(h[:]))
+	}
+	for _, tc := range []struct {
+		path     string
+		chunks   []string
+		wantCL   string
+		wantTE   string
+		wantBody string
+	}{
+		{"/norm/x", small, "11", "", sum(small)},
+		{"/norm/x", large, "-1", "chunked", sum(large)},
+		{"/pass/x", small, "-1", "chunked", sum(small)},
+		{"/pass/x", large, "-1", "chunked", sum(large)},
+	} {
+		resp := chunkedUpload(t, gw.addr, tc.path, tc.chunks)
+		if resp.StatusCode != 200 || string(resp.body) != tc.wantBody {
+			t.Errorf("%s (%d bytes): %d %q, want %q", tc.path, len(strings.Join(tc.chunks, "")), resp.StatusCode, resp.body, tc.wantBody)
+		}
+		if cl, te := resp.Header.Get("X-Seen-CL"), resp.Header.Get("X-Seen-TE"); cl != tc.wantCL || te != tc.wantTE {
+			t.Errorf("%s (%d bytes): upstream saw Content-Length %s, Transfer-Encoding %q; want %s %q", tc.path, len(strings.Join(tc.chunks, "")), cl, te, tc.wantCL, tc.wantTE)
+		}
+	}
+}
+
+func TestTier2CutChunked(t *testing.T) {
+	var got atomic.Int64
+	up := startUpstream(t, sinkHandler(&got))
+	const limit = 300_000
+	gw := startGateway(t, "", upstreamRoute("/up", up.addr, fmt.Sprintf("max_body_bytes: %d\ninbound_chunked_mode: passthrough", limit)))
+	c, err := net.Dial("tcp", gw.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "POST /up/x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
+	chunk := strings.Repeat("z", 10_000)
+	go func() {
+		// Keep sending well past the limit; the gateway cuts us off.
+		for i := 0; i < 200; i++ {
+			if _, err := fmt.Fprintf(c, "%x\r\n%s\r\n", len(chunk), chunk); err != nil {
+				return
+			}
+		}
+	}()
+	resp := readRawResponse(t, c, "POST")
+	if resp.StatusCode != 413 || !strings.HasPrefix(string(resp.body), `{"error":"413 Payload Too Large: `) {
+		t.Fatalf("status %d %s", resp.StatusCode, resp.body)
+	}
+	if !resp.Close {
+		t.Errorf("no Connection: close")
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := got.Load(); n > limit+64<<10 {
+		t.Errorf("upstream received %d bytes, limit %d plus one buffer", n, limit)
+	}
+}
+
+func TestTier2CutNormalizeBuffered(t *testing.T) {
+	up := startUpstream(t, sinkHandler(nil))
+	gw := startGateway(t, "", upstreamRoute("/up", up.addr, "max_body_bytes: 100"))
+	resp := chunkedUpload(t, gw.addr, "/up/x", []string{strings.Repeat("q", 80), strings.Repeat("r", 80)})
+	if resp.StatusCode != 413 {
+		t.Fatalf("status %d %s", resp.StatusCode, resp.body)
+	}
+	if up.requests.Load() != 0 {
+		t.Errorf("upstream got the request")
+	}
+}
+
+func TestClientAbortMidUploadCancelsUpstream(t *testing.T) {
+	aborted := make(chan time.Time, 1)
+	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		_, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			aborted <- time.Now()
+		}
+	})
+	gw := startGateway(t, "", upstreamRoute("/up", up.addr, "max_body_bytes: 100MiB"))
+	c, err := net.Dial("tcp", gw.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c, "POST /up/x HTTP/1.1\r\nHost: a\r\nContent-Length: 10000000\r\n\r\n")
+	c.Write(make([]byte, 1_000_000))
+	time.Sleep(200 * time.Millisecond)
+	closedAt := time.Now()
+	c.Close()
+	select {
+	case at := <-aborted:
+		if d := at.Sub(closedAt); d > 500*time.Millisecond {
+			t.Errorf("upstream saw the abort after %v", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("upstream never saw the client abort")
+	}
+	waitIdle(t, gw.g)
+}
+
+func TestUpstreamAbortTruncatesClient(t *testing.T) {
+	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "1000000")
+		w.WriteHeader(200)
+		w.Write(make([]byte, 100_000))
+		w.(http.Flusher).Flush()
+		hj := w.(http.Hijacker)
+		c, _, _ := hj.Hijack()
+		c.Close()
+	})
+	chunkedUp := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(200)
+		w.Write(make([]byte, 100_000))
+		w.(http.Flusher).Flush()
+		hj := w.(http.Hijacker)
+		c, _, _ := hj.Hijack()
+		c.Close()
+	})
+	gw := startGateway(t, "", upstreamRoute("/fixed", up.addr, "")+upstreamRoute("/chunked", chunkedUp.addr, ""))
+	for _, path := range []string{"/fixed", "/chunked"} {
+		resp, err := http.Get("http://" + gw.addr + path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			t.Errorf("%s: client saw a clean end of a truncated response", path)
+		}
+	}
+	waitIdle(t, gw.g)
+}
+
+func TestStreamRequestBodyFalseBuffers(t *testing.T) {
+	up := startUpstream(t, sinkHandler(nil))
+	gw := startGateway(t, "", upstreamRoute("/buf", up.addr, "stream_request_body: false"))
+	c, err := net.Dial("tcp", gw.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := strings.Repeat("m", 200_000) // above the stream threshold
+	io.WriteString(c, fmt.Sprintf("POST /buf/x HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n", len(body)))
+	io.WriteString(c, body[:100_000])
+	time.Sleep(300 * time.Millisecond)
+	if n := up.requests.Load(); n != 0 {
+		t.Fatalf("upstream saw the request before the body was complete")
+	}
+	io.WriteString(c, body[100_000:])
+	resp := readRawResponse(t, c, "POST")
+	h := sha256.Sum256([]byte(body))
+	if resp.StatusCode != 200 || string(resp.body) != fmt.Sprintf("%d %s", len(body), hex.EncodeToString(h[:])) {
+		t.Fatalf("%d %s", resp.StatusCode, resp.body)
+	}
+}
