@@ -330,6 +330,27 @@ func TestCloseCutsStalledConnections(t *testing.T) {
 	}
 }
 
+// TestCloseRightAfterStart: a Close that runs before the Serve goroutines registered their
+// listeners still ends every server.
+func TestCloseRightAfterStart(t *testing.T) {
+	for range 20 {
+		u, err := Start()
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- u.Close() }()
+		select {
+		case err := <-closed:
+			if err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Close right after Start did not return within 5s")
+		}
+	}
+}
+
 func TestRoutesYAML(t *testing.T) {
 	u := startUpstreams(t)
 

@@ -10,6 +10,7 @@ import (
 	"toron/conf"
 	"toron/limits"
 	"toron/streaming"
+	"toron/timeouts"
 )
 
 // fakeChunkedLength is the Content-Length a chunked request is given in onHeaders so that
@@ -166,6 +167,7 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 		return 0, b.err
 	}
 	if b.want >= 0 && b.n >= b.want {
+		b.err = io.EOF
 		return 0, io.EOF
 	}
 	n, err := b.src.Read(p)
@@ -338,6 +340,7 @@ func (s *respStream) WriteTo(w io.Writer) (int64, error) {
 func (s *respStream) SupportsBodyWriteTo() bool { return true }
 
 // CloseWithError is called by fasthttp with the error that ended the copy (nil on success).
+// respStream deliberately has no Close method: fasthttp would call it first, without the error.
 func (s *respStream) CloseWithError(err error) error {
 	x := s.x
 	switch {
@@ -347,7 +350,7 @@ func (s *respStream) CloseWithError(err error) error {
 		x.reason = reasonUpstreamError
 	case err != nil:
 		x.status, x.reason = statusClientClosed, reasonClientAbort
-		if isTimeout(err) {
+		if isTimeout(err) || errors.Is(err, timeouts.ErrSlowClient) {
 			x.reason = reasonSlowClient
 		}
 	}
@@ -355,11 +358,8 @@ func (s *respStream) CloseWithError(err error) error {
 	return nil
 }
 
-// Close implements io.Closer.
-func (s *respStream) Close() error { return s.CloseWithError(nil) }
-
 var (
-	_ fasthttp.BodyWriterTo = (*bodyReader)(nil)
-	_ fasthttp.BodyWriterTo = (*respStream)(nil)
-	_ io.Closer             = (*respStream)(nil)
+	_ fasthttp.BodyWriterTo        = (*bodyReader)(nil)
+	_ fasthttp.BodyWriterTo        = (*respStream)(nil)
+	_ fasthttp.ReadCloserWithError = (*respStream)(nil)
 )

@@ -8,6 +8,8 @@ import (
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
+
+	"toron/timeouts"
 )
 
 // listener wraps the gateway's TCP listener so that every client connection is a *clientConn:
@@ -84,28 +86,43 @@ type clientConn struct {
 	linger atomic.Bool
 	closed atomic.Bool
 
-	// writeWindow is the sliding write deadline window of the request being answered (SPEC 5);
-	// writeDeadline is the deadline currently armed.
-	writeWindow   time.Duration
-	writeDeadline time.Time
+	// bodyPhase is true while the request body is read: reads go through readWin. Writes
+	// always go through writeWin. Both are reset for each request in onHeaders.
+	bodyPhase bool
+	readWin   timeouts.Window
+	writeWin  timeouts.Window
 }
 
-// Write writes to the client under a sliding deadline: the deadline is pushed forward by the
-// write window whenever less than half of it remains, so a large response to a slow but live
-// client completes while a client that stops reading is cut after one window. The deadline is
-// re-armed only when needed, which keeps the system calls amortised (SPEC 5). fasthttp's own
-// WriteTimeout is off: it would be absolute for the whole response.
-func (c *clientConn) Write(p []byte) (int, error) {
-	if w := c.writeWindow; w > 0 {
-		now := time.Now()
-		if c.writeDeadline.Sub(now) < w/2 {
-			c.writeDeadline = now.Add(w)
-			if err := c.Conn.SetWriteDeadline(c.writeDeadline); err != nil {
-				return 0, err
-			}
+// Read reads from the client. While a request body is read, the activity window of SPEC 5
+// applies: the deadline slides with progress and a dripping client is cut (timeouts.Window).
+// The request line and headers are read under fasthttp's own absolute ReadTimeout.
+func (c *clientConn) Read(p []byte) (int, error) {
+	if !c.bodyPhase {
+		return c.Conn.Read(p)
+	}
+	start := time.Now()
+	if d, ok := c.readWin.Before(start); ok {
+		if err := c.Conn.SetReadDeadline(d); err != nil {
+			return 0, err
 		}
 	}
-	return c.Conn.Write(p)
+	n, err := c.Conn.Read(p)
+	return n, c.readWin.After(start, time.Now(), n, err)
+}
+
+// Write writes to the client under the sliding write window (the slow-read defence of SPEC 5):
+// a large response to a slow but live client completes, a client that stops reading or reads a
+// byte every few seconds is cut. fasthttp's own WriteTimeout is off: it would be absolute for the
+// whole response, and waiting for the upstream must not count against it.
+func (c *clientConn) Write(p []byte) (int, error) {
+	start := time.Now()
+	if d, ok := c.writeWin.Before(start); ok {
+		if err := c.Conn.SetWriteDeadline(d); err != nil {
+			return 0, err
+		}
+	}
+	n, err := c.Conn.Write(p)
+	return n, c.writeWin.After(start, time.Now(), n, err)
 }
 
 // Close releases whatever the request in progress still holds, then closes the connection,

@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"toron/limits"
+	"toron/timeouts"
 )
 
 // rejection is a status the gateway answers itself, with its JSON body (SPEC 3: one key,
@@ -48,12 +49,16 @@ var (
 		"501 Not Implemented: connection upgrades are not supported", false)
 	rejReadTimeout = newRejection(fasthttp.StatusRequestTimeout, reasonReadTimeout,
 		"408 Request Timeout: the request did not arrive in time", false)
+	rejSlowClient = newRejection(fasthttp.StatusRequestTimeout, reasonSlowClient,
+		"408 Request Timeout: the request body arrived too slowly", false)
 	rejUpstreamRefused = newRejection(fasthttp.StatusBadGateway, reasonUpstreamError,
 		"502 Bad Gateway: upstream connection refused", false)
 	rejUpstreamDialTimeout = newRejection(fasthttp.StatusBadGateway, reasonUpstreamError,
 		"502 Bad Gateway: upstream connect timeout", false)
 	rejUpstreamReset = newRejection(fasthttp.StatusBadGateway, reasonUpstreamError,
 		"502 Bad Gateway: upstream closed the connection before its response headers", false)
+	rejUpstreamWriteTimeout = newRejection(fasthttp.StatusBadGateway, reasonUpstreamError,
+		"502 Bad Gateway: upstream stopped reading the request", false)
 	rejUpstreamBad = newRejection(fasthttp.StatusBadGateway, reasonUpstreamError,
 		"502 Bad Gateway: upstream response could not be read", false)
 	rejInternal = newRejection(fasthttp.StatusInternalServerError, reasonNone,
@@ -76,12 +81,13 @@ func admissionRejection(err error) *rejection {
 }
 
 // upstreamRejection maps an error of the upstream exchange (before response headers) to its
-// answer: 504 for the header timeout, 502 for everything else (SPEC 3 step 9).
-func upstreamRejection(err error) *rejection {
+// answer: 504 for the header timeout, 502 for everything else (SPEC 3 step 9). fasthttp reports
+// every deadline as ErrTimeout; once the whole request was sent (sent), the only deadline armed
+// on the connection is response_header_timeout (upstreamConn.Read), so a timeout then is the
+// 504; while the request was still being written it is the upstream's write window (502).
+func upstreamRejection(err error, sent bool) *rejection {
 	var dialErr *dialError
 	switch {
-	case errors.Is(err, errUpstreamHeaderTimeout):
-		return rejUpstreamTimeout
 	case errors.As(err, &dialErr):
 		if isTimeout(dialErr.err) {
 			return rejUpstreamDialTimeout
@@ -90,8 +96,13 @@ func upstreamRejection(err error) *rejection {
 	case errors.Is(err, fasthttp.ErrConnectionClosed), errors.Is(err, syscall.ECONNRESET),
 		errors.Is(err, syscall.EPIPE), errors.Is(err, errStaleConn), errors.Is(err, net.ErrClosed):
 		return rejUpstreamReset
-	case errors.Is(err, fasthttp.ErrNoFreeConns), errors.Is(err, fasthttp.ErrTimeout):
+	case errors.Is(err, fasthttp.ErrNoFreeConns):
 		return rejUpstreamDialTimeout
+	case errors.Is(err, fasthttp.ErrTimeout) || isTimeout(err):
+		if sent {
+			return rejUpstreamTimeout
+		}
+		return rejUpstreamWriteTimeout
 	}
 	return rejUpstreamBad
 }
@@ -104,6 +115,8 @@ func clientErrorRejection(err error) *rejection {
 	switch {
 	case errors.As(err, &small):
 		return rejHeaderTooLarge
+	case errors.Is(err, timeouts.ErrSlowClient):
+		return rejSlowClient
 	case isTimeout(err):
 		return rejReadTimeout
 	}

@@ -58,6 +58,8 @@ type snapshot struct {
 
 // route is a configured route with its runtime parts.
 type route struct {
+	conf   *conf.Route
+	server *conf.Server
 	name   string
 	eff    conf.Effective
 	stats  *routeStats
@@ -134,12 +136,12 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config) (*snapshot, error) {
 	entries := make([]tableEntry, len(cfg.Routes))
 	for i := range cfg.Routes {
 		rc := &cfg.Routes[i]
-		hc, err := newHostClient(rc, &cfg.Server)
+		hc, err := newHostClient(rc, &cfg.Server, nil)
 		if err != nil {
 			return nil, err
 		}
 		st := g.stats.get(rc.Name)
-		snap.routes = append(snap.routes, &route{name: rc.Name, eff: rc.Effective, stats: st, client: hc})
+		snap.routes = append(snap.routes, &route{name: rc.Name, eff: rc.Effective, stats: st, client: hc, conf: rc, server: &cfg.Server})
 		entries[i] = tableEntry{Host: rc.Host, Prefix: rc.Prefix, Methods: rc.Methods}
 	}
 	snap.table = newRouteTable(entries)

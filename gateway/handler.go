@@ -35,7 +35,9 @@ func (g *Gateway) onHeaders(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	x := &cc.x
 	x.begin(g, ctx)
 	g.decide(h, x)
-	cc.writeWindow = g.snap.Load().cfg.Server.WriteTimeout
+	srv := &x.snap.cfg.Server
+	cc.bodyPhase = false
+	cc.writeWin.Reset(srv.WriteTimeout, srv.MinProgressBytes)
 	if x.rej != nil {
 		if x.bodyAnnounced {
 			cc.linger.Store(true)
@@ -44,8 +46,13 @@ func (g *Gateway) onHeaders(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 		return fasthttp.RequestConfig{}
 	}
 	if x.route != nil {
-		cc.writeWindow = x.route.eff.WriteTimeout
-		rc := fasthttp.RequestConfig{ReadTimeout: x.route.eff.ReadTimeout}
+		eff := &x.route.eff
+		cc.writeWin.Reset(eff.WriteTimeout, eff.MinProgressBytes)
+		rc := fasthttp.RequestConfig{ReadTimeout: eff.ReadTimeout}
+		if x.bodyAnnounced {
+			cc.bodyPhase = true
+			cc.readWin.Reset(eff.ReadTimeout, eff.MinProgressBytes)
+		}
 		if x.chunked {
 			rc.MaxRequestBodySize = chunkedRaw(h).MaxRequestBodySize
 		}

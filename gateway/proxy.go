@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"toron/limits"
+	"toron/timeouts"
 )
 
 // proxy forwards an admitted request to its route's upstream and streams the answer back
@@ -29,11 +30,32 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 		return
 	}
 
+	hc := r.client
+	var watch *clientWatch
+	if r.eff.Elevated {
+		var err error
+		if watch, hc, err = g.watchClient(cc, r); err != nil {
+			hc = r.client
+		} else {
+			req.SetConnectionClose()
+		}
+	}
 	start := time.Now()
-	err := r.client.Do(req, resp)
+	err := hc.Do(req, resp)
 	x.headerWait = time.Since(start)
 	fasthttp.ReleaseRequest(req)
 	x.body.release()
+	cc.bodyPhase = false
+	if watch != nil {
+		watch.halt()
+		if watch.gone.Load() {
+			// The client left while the upstream worked: nobody to answer (SPEC 5).
+			x.status, x.reason = statusClientClosed, reasonClientAbort
+			ctx.SetConnectionClose()
+			x.finish()
+			return
+		}
+	}
 
 	if err != nil {
 		g.answerForwardError(ctx, x, err)
@@ -71,6 +93,8 @@ func (g *Gateway) answerForwardError(ctx *fasthttp.RequestCtx, x *exchange, err 
 		switch {
 		case errors.Is(err, limits.ErrBodyTooLarge):
 			g.writeRejection(ctx, x, rejBodyTooLargeStream)
+		case errors.Is(err, timeouts.ErrSlowClient):
+			g.writeRejection(ctx, x, rejSlowClient)
 		case isTimeout(err):
 			g.writeRejection(ctx, x, rejReadTimeout)
 		default:
@@ -80,7 +104,9 @@ func (g *Gateway) answerForwardError(ctx *fasthttp.RequestCtx, x *exchange, err 
 		ctx.SetConnectionClose()
 		return
 	}
-	g.writeRejection(ctx, x, upstreamRejection(err))
+	sent := !x.bodyAnnounced || errors.Is(x.body.err, io.EOF)
+	rej := upstreamRejection(err, sent)
+	g.writeRejection(ctx, x, rej)
 	if x.bodyAnnounced {
 		ctx.SetConnectionClose()
 	}

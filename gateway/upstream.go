@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"syscall"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -22,9 +22,6 @@ const (
 )
 
 var (
-	// errUpstreamHeaderTimeout: no response headers within response_header_timeout of the end
-	// of forwarding the request (SPEC 3 step 9: 504, never retried).
-	errUpstreamHeaderTimeout = errors.New("gateway: upstream response header timeout expired")
 	// errStaleConn: a reused keep-alive connection was found closed by the upstream before any
 	// byte of the request was written, so the request cannot have reached the upstream.
 	errStaleConn = errors.New("gateway: reused upstream connection was closed by the upstream")
@@ -52,7 +49,10 @@ type upstreamTimeouts struct {
 // requests on any error, timeouts included (SPEC 12). Neither matches SPEC 3 and 5, so both
 // timeouts are off here: the connections come from our Dial as *upstreamConn, which arm their
 // own deadlines, and RetryIfErr retries only what cannot have reached the upstream.
-func newHostClient(r *conf.Route, s *conf.Server) (*fasthttp.HostClient, error) {
+//
+// onDial, when not nil, is told about every connection the client dials: the watched clients of
+// elevated routes use it to reach the connection of their one request (see watchClient).
+func newHostClient(r *conf.Route, s *conf.Server, onDial func(*upstreamConn)) (*fasthttp.HostClient, error) {
 	u, err := url.Parse(r.Target)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: route %q: target %q: %w", r.Name, r.Target, err)
@@ -78,7 +78,11 @@ func newHostClient(r *conf.Route, s *conf.Server) (*fasthttp.HostClient, error) 
 			if err != nil {
 				return nil, &dialError{err: err}
 			}
-			return &upstreamConn{Conn: c, to: to}, nil
+			uc := &upstreamConn{Conn: c, to: to}
+			if onDial != nil {
+				onDial(uc)
+			}
+			return uc, nil
 		},
 	}, nil
 }
@@ -98,6 +102,8 @@ func retryIfStale(req *fasthttp.Request, attempts int, err error) (resetTimeout,
 type upstreamConn struct {
 	net.Conn
 	to *upstreamTimeouts
+
+	aborted atomic.Bool
 
 	requests      int
 	reading       bool
@@ -150,36 +156,31 @@ func (c *upstreamConn) Read(p []byte) (int, error) {
 	} else {
 		c.reading = true
 	}
-	n, err := c.Conn.Read(p)
-	c.respBytes += int64(n)
-	if err != nil && c.respBytes == 0 && isTimeout(err) {
-		return n, fmt.Errorf("%w: %w", errUpstreamHeaderTimeout, err)
+	if c.aborted.Load() {
+		return 0, errClientLeft
 	}
+	n, err := c.Conn.Read(p)
+	if err != nil && c.aborted.Load() {
+		return n, errClientLeft
+	}
+	c.respBytes += int64(n)
 	return n, err
 }
 
-// closedByPeer peeks at an idle connection without blocking: a FIN (read of 0), a reset, or
-// unsolicited bytes all mean it must not carry a request.
+// abort interrupts the connection's pending read or write at once: the client of its request
+// left. Safe to call from another goroutine.
+func (c *upstreamConn) abort() {
+	c.aborted.Store(true)
+	now := time.Now()
+	_ = c.Conn.SetReadDeadline(now)
+	_ = c.Conn.SetWriteDeadline(now)
+}
+
+// errClientLeft ends an upstream exchange whose client closed its connection meanwhile.
+var errClientLeft = errors.New("gateway: client closed the connection while the upstream was working")
+
+// closedByPeer reports an idle pooled connection that must not carry a request: the upstream
+// sent a FIN or a reset, or bytes nobody asked for.
 func (c *upstreamConn) closedByPeer() bool {
-	sc, ok := c.Conn.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	var buf [1]byte
-	closed := false
-	err = rc.Read(func(fd uintptr) bool {
-		n, _, rerr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		switch {
-		case rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK:
-			closed = false
-		case rerr != nil, n >= 0:
-			closed = true
-		}
-		return true
-	})
-	return closed || err != nil
+	return peek(c.Conn) != peekNothing
 }

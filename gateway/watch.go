@@ -1,0 +1,120 @@
+package gateway
+
+import (
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// watchInterval is how often a watched client's socket is checked while its request waits for
+// the upstream: SPEC 5 wants a client that left noticed within 1 s.
+const watchInterval = 200 * time.Millisecond
+
+// clientWatch notices, on elevated routes, a client that closes its connection while Toron
+// waits for the upstream (a 60 s report whose user gave up), so that the upstream request is
+// aborted and the route's slots are freed at once instead of after response_header_timeout.
+//
+// fasthttp has no per-request cancellation (RequestCtx.Done closes only at shutdown, SPEC 12),
+// so the watch is ours: a goroutine peeks at the client socket every watchInterval without
+// consuming bytes (nobody reads the client connection while the handler waits), and on a FIN
+// or a reset interrupts the request's upstream connection. To reach that connection, a watched
+// request goes through its own one-request HostClient whose dial hook records it; the
+// connection closes after the response. That costs a dial, an allocation and a goroutine per
+// request, which is why only elevated routes pay it: the small-request path has no watcher.
+type clientWatch struct {
+	up   atomic.Pointer[upstreamConn]
+	gone atomic.Bool
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// watchClient starts watching cc for the exchange's current upstream request and returns the
+// client to send it with. stop must be called once Do returned.
+func (g *Gateway) watchClient(cc *clientConn, r *route) (*clientWatch, *fasthttp.HostClient, error) {
+	w := &clientWatch{stop: make(chan struct{})}
+	hc, err := newHostClient(r.conf, r.server, func(uc *upstreamConn) {
+		w.up.Store(uc)
+		if w.gone.Load() {
+			uc.abort()
+		}
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	w.wg.Add(1)
+	go w.run(cc)
+	return w, hc, nil
+}
+
+func (w *clientWatch) run(cc *clientConn) {
+	defer w.wg.Done()
+	t := time.NewTicker(watchInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+			if peerGone(cc.Conn) {
+				w.gone.Store(true)
+				if uc := w.up.Load(); uc != nil {
+					uc.abort()
+				}
+				return
+			}
+		}
+	}
+}
+
+// halt stops the watch and waits for its goroutine.
+func (w *clientWatch) halt() {
+	close(w.stop)
+	w.wg.Wait()
+}
+
+// peekState is what a non-blocking peek at an idle socket found.
+type peekState uint8
+
+const (
+	peekNothing peekState = iota // no bytes, connection open
+	peekData                     // bytes are waiting
+	peekClosed                   // FIN or an error: the peer is gone
+)
+
+// peek looks at a connection without blocking, consuming or taking the read lock: it uses
+// RawConn.Control, not RawConn.Read, because Read checks the read deadline first, and a deadline
+// that passed while nobody was reading (the client's, while the upstream works) says nothing
+// about the peer.
+func peek(c any) peekState {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return peekNothing
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return peekNothing
+	}
+	state := peekNothing
+	err = rc.Control(func(fd uintptr) {
+		var buf [1]byte
+		n, _, rerr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		switch {
+		case rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK || rerr == syscall.EINTR:
+		case rerr != nil, n == 0:
+			state = peekClosed
+		default:
+			state = peekData
+		}
+	})
+	if err != nil {
+		return peekClosed
+	}
+	return state
+}
+
+// peerGone reports a peer that closed or reset the connection. Bytes waiting (a pipelined
+// request) mean it is alive.
+func peerGone(c any) bool { return peek(c) == peekClosed }
