@@ -174,7 +174,9 @@ var demoConfigYAML = []byte("server:\n  host: 127.0.0.1\n")
 // reload re-reads both files; an invalid configuration is logged and the old one keeps serving.
 func reload(g *gateway.Gateway, load func() (*conf.Config, error), log *zap.Logger) {
 	cfg, err := load()
-	if err == nil {
+	if err != nil {
+		g.ReloadFailed()
+	} else {
 		err = g.Reload(cfg)
 	}
 	if err != nil {

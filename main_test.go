@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -284,4 +285,107 @@ func TestDemoModeServes(t *testing.T) {
 	if out := <-banner; !strings.Contains(out, "curl") {
 		t.Errorf("banner has no curl commands: %q", out)
 	}
+}
+
+// TestReloadOnSIGHUP: a real SIGHUP re-reads both files; an invalid configuration and a changed
+// port are refused with a logged error while the old configuration keeps serving.
+func TestReloadOnSIGHUP(t *testing.T) {
+	up := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.URL.Path)
+	})}
+	uln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go up.Serve(uln)
+	defer up.Close()
+
+	port := freePort(t)
+	dir := t.TempDir()
+	serverYAML := fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\nlog:\n  level: info\n  access: false\n", port)
+	cfg := writeFile(t, dir, "config.yaml", serverYAML)
+	route := func(prefix string) string {
+		return fmt.Sprintf("  - type: upstream\n    prefix: %s\n    target: http://%s\n", prefix, uln.Addr())
+	}
+	routes := writeFile(t, dir, "routes.yaml", "routes:\n"+route("/a"))
+	cmd := exec.Command(binPath, "-config", cfg, "-routes", routes)
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	waitHealthy(t, base)
+	status := func(path string) int {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if status("/b/x") != 404 {
+		t.Fatal("route /b exists before the reload")
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s; stderr:\n%s", what, stderr.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	writeFile(t, dir, "routes.yaml", "routes:\n"+route("/a")+route("/b"))
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitFor("route /b not served after SIGHUP", func() bool { return status("/b/x") == 200 })
+
+	writeFile(t, dir, "routes.yaml", "routes:\n  - type: upstream\n    prefix: nope\n    target: http://x\n")
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitFor("invalid reload not logged", func() bool { return strings.Contains(stderr.String(), "reload refused") })
+	if status("/a/x") != 200 || status("/b/x") != 200 {
+		t.Errorf("old configuration stopped serving after an invalid reload")
+	}
+
+	writeFile(t, dir, "routes.yaml", "routes:\n"+route("/a")+route("/b"))
+	writeFile(t, dir, "config.yaml", strings.Replace(serverYAML, fmt.Sprint(port), fmt.Sprint(port+1), 1))
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitFor("port change not refused", func() bool { return strings.Contains(stderr.String(), "server.port") })
+
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"toron_config_reloads_total 1", "toron_config_reload_errors_total 2"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); exitCode(err) != 0 {
+		t.Errorf("exit: %v", err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the process's writes and the test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

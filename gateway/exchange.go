@@ -152,7 +152,7 @@ func (x *exchange) finish() {
 	}
 	st.bodyIn.Add(int(x.bytesIn))
 	st.bodyOut.Add(int(x.bytesOut))
-	if g.access {
+	if g.access.Load() {
 		g.logAccess(x)
 	}
 }

@@ -6,12 +6,10 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
@@ -25,7 +23,7 @@ import (
 // state that outlives route tables (bulkheads, worker pool, elevated budget, metrics).
 type Gateway struct {
 	log    *zap.Logger
-	access bool
+	access atomic.Bool
 
 	srv *fasthttp.Server
 	ln  *listener
@@ -74,13 +72,13 @@ func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
 	set := metrics.NewSet()
 	g := &Gateway{
 		log:      log,
-		access:   cfg.Log.Access,
 		workers:  limits.NewWorkerPool(cfg.Server.WorkerPoolSize),
 		budget:   limits.NewBulkhead(cfg.ElevatedBudget()),
 		set:      set,
 		stats:    newStatsRegistry(set),
 		idPrefix: newIDPrefix(),
 	}
+	g.access.Store(cfg.Log.Access)
 	g.none = g.stats.get(noRoute)
 	g.reloads = set.NewCounter(metricReloads)
 	g.reloadKO = set.NewCounter(metricReloadErrors)
@@ -173,14 +171,21 @@ func (g *Gateway) Reload(cfg *conf.Config) error {
 		g.reloadKO.Inc()
 		return err
 	}
-	g.access = cfg.Log.Access
+	old := g.snap.Load()
+	g.access.Store(cfg.Log.Access)
 	g.applySnapshot(snap)
 	g.reloads.Inc()
+	// Requests admitted under the old table finish with its clients; their idle connections
+	// are closed now, the busy ones when they are released.
+	for _, r := range old.routes {
+		r.client.CloseIdleConnections()
+	}
 	return nil
 }
 
-// ErrAddrInUse reports a listener address already taken (exit 1 in main).
-var ErrAddrInUse = errors.New("gateway: address already in use")
+// ReloadFailed counts a reload whose configuration could not even be loaded (the files were
+// invalid): toron_config_reload_errors_total counts every refused reload.
+func (g *Gateway) ReloadFailed() { g.reloadKO.Inc() }
 
 // Listen opens the configured listener.
 func (g *Gateway) Listen() (net.Listener, error) {
@@ -230,6 +235,3 @@ func (l fasthttpLogger) Printf(format string, args ...any) {
 		ce.Write(zap.String("msg", fmt.Sprintf(format, args...)))
 	}
 }
-
-// ensure the listener timeout constants stay sane.
-var _ = time.Second
