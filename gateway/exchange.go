@@ -58,6 +58,7 @@ type exchange struct {
 	path    []byte // the normalized path: matched and forwarded
 	reqID   []byte
 	scratch []byte
+	xff     []byte
 
 	upResp *fasthttp.Response
 	body   bodyReader

@@ -145,39 +145,31 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 		}
 		out.AddBytesKV(k, v)
 	}
-	ip := remoteIP(ctx)
+	// X-Forwarded-For: the previous hops, then the client, built in a buffer the exchange
+	// reuses (SetBytesKV copies it).
+	buf := x.xff[:0]
 	if len(xff) > 0 {
-		buf := append(x.scratch[len(x.scratch):], xff...)
+		buf = append(buf, xff...)
 		buf = append(buf, ", "...)
-		buf = append(buf, ip...)
-		out.SetBytesKV(hdrXForwardedFor, buf)
-	} else {
-		out.SetBytesKV(hdrXForwardedFor, ip)
 	}
+	buf = appendRemoteIP(buf, ctx)
+	x.xff = buf
+	out.SetBytesKV(hdrXForwardedFor, buf)
 	out.SetBytesKV(hdrXForwardedProto, protoHTTP)
 	out.SetBytesKV(hdrXForwardedHost, in.Host())
 	out.SetBytesKV(headerRequestID, x.reqID)
 }
 
-// remoteIP returns the client's IP address as text without allocating for IPv4.
-func remoteIP(ctx *fasthttp.RequestCtx) []byte {
+// appendRemoteIP appends the client's IP address as text, without allocating for IPv4.
+func appendRemoteIP(dst []byte, ctx *fasthttp.RequestCtx) []byte {
 	if a, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
 		if ip4 := a.IP.To4(); ip4 != nil {
-			return appendIPv4(nil, ip4)
+			return appendIPv4(dst, ip4)
 		}
-		return []byte(a.IP.String())
+		return append(dst, a.IP.String()...)
 	}
-	return []byte(ctx.RemoteAddr().String())
+	return append(dst, ctx.RemoteAddr().String()...)
 }
-
-var (
-	hdrHost            = []byte("Host")
-	hdrContentLength   = []byte("Content-Length")
-	hdrXForwardedFor   = []byte("X-Forwarded-For")
-	hdrXForwardedProto = []byte("X-Forwarded-Proto")
-	hdrXForwardedHost  = []byte("X-Forwarded-Host")
-	protoHTTP          = []byte("http")
-)
 
 func appendIPv4(dst []byte, ip net.IP) []byte {
 	for i, b := range ip {
@@ -188,3 +180,11 @@ func appendIPv4(dst []byte, ip net.IP) []byte {
 	}
 	return dst
 }
+var (
+	hdrHost            = []byte("Host")
+	hdrContentLength   = []byte("Content-Length")
+	hdrXForwardedFor   = []byte("X-Forwarded-For")
+	hdrXForwardedProto = []byte("X-Forwarded-Proto")
+	hdrXForwardedHost  = []byte("X-Forwarded-Host")
+	protoHTTP          = []byte("http")
+)

@@ -104,6 +104,7 @@ type upstreamConn struct {
 	to *upstreamTimeouts
 
 	aborted atomic.Bool
+	peeker  *peeker
 
 	requests      int
 	reading       bool
@@ -180,7 +181,11 @@ func (c *upstreamConn) abort() {
 var errClientLeft = errors.New("gateway: client closed the connection while the upstream was working")
 
 // closedByPeer reports an idle pooled connection that must not carry a request: the upstream
-// sent a FIN or a reset, or bytes nobody asked for.
+// sent a FIN or a reset, or bytes nobody asked for. It runs before every reused request, so
+// the raw connection and the peek are set up once per connection, not per request.
 func (c *upstreamConn) closedByPeer() bool {
-	return peek(c.Conn) != peekNothing
+	if c.peeker == nil {
+		c.peeker = newPeeker(c.Conn)
+	}
+	return c.peeker.peek() != peekNothing
 }

@@ -84,36 +84,53 @@ const (
 	peekClosed                   // FIN or an error: the peer is gone
 )
 
-// peek looks at a connection without blocking, consuming or taking the read lock: it uses
+// peeker looks at a connection without blocking, consuming or taking the read lock. It uses
 // RawConn.Control, not RawConn.Read, because Read checks the read deadline first, and a deadline
 // that passed while nobody was reading (the client's, while the upstream works) says nothing
-// about the peer.
-func peek(c any) peekState {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return peekNothing
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return peekNothing
-	}
-	state := peekNothing
-	err = rc.Control(func(fd uintptr) {
-		var buf [1]byte
-		n, _, rerr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		switch {
-		case rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK || rerr == syscall.EINTR:
-		case rerr != nil, n == 0:
-			state = peekClosed
-		default:
-			state = peekData
+// about the peer. A peeker is reused for every peek at its connection: no allocation per peek.
+type peeker struct {
+	rc    syscall.RawConn
+	fn    func(fd uintptr)
+	buf   [1]byte
+	state peekState
+}
+
+func newPeeker(c any) *peeker {
+	p := &peeker{}
+	if sc, ok := c.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			p.rc = rc
 		}
-	})
-	if err != nil {
+	}
+	p.fn = p.control
+	return p
+}
+
+func (p *peeker) control(fd uintptr) {
+	n, _, err := syscall.Recvfrom(int(fd), p.buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	switch {
+	case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK || err == syscall.EINTR:
+		p.state = peekNothing
+	case err != nil, n == 0:
+		p.state = peekClosed
+	default:
+		p.state = peekData
+	}
+}
+
+// peek reports what is waiting on the connection.
+func (p *peeker) peek() peekState {
+	if p.rc == nil {
+		return peekNothing
+	}
+	if err := p.rc.Control(p.fn); err != nil {
 		return peekClosed
 	}
-	return state
+	return p.state
 }
+
+// peek looks once at a connection (see peeker).
+func peek(c any) peekState { return newPeeker(c).peek() }
 
 // peerGone reports a peer that closed or reset the connection. Bytes waiting (a pipelined
 // request) mean it is alive.
