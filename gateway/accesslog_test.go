@@ -1,0 +1,64 @@
+package gateway
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+func TestAccessLogLine(t *testing.T) {
+	up := startUpstream(t, nil)
+	cfg := loadConfig(t, "", upstreamRoute("/api", up.addr, "max_body_bytes: 10"))
+	cfg.Log.Access = true
+	core, logs := observer.New(zap.InfoLevel)
+	g, err := New(cfg, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ln) }()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		g.Shutdown(ctx)
+		<-done
+		closeIdleUpstreams(g)
+	}()
+	addr := ln.Addr().String()
+	rawRequest(t, addr, "POST /api/a?q=1 HTTP/1.1\r\nHost: a\r\nX-Request-Id: rid-7\r\nContent-Length: 5\r\n\r\nhello")
+	rawRequest(t, addr, "POST /api/a HTTP/1.1\r\nHost: a\r\nContent-Length: 50\r\n\r\n")
+	rawRequest(t, addr, "GET /health HTTP/1.1\r\nHost: a\r\n\r\n")
+
+	deadline := time.Now().Add(5 * time.Second)
+	for logs.FilterMessage("request").Len() < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	entries := logs.FilterMessage("request").All()
+	if len(entries) != 2 {
+		t.Fatalf("%d access lines, want 2 (health is not logged)", len(entries))
+	}
+	first := entries[0].ContextMap()
+	want := map[string]any{
+		"request_id": "rid-7", "route": "/api", "method": "POST", "path": "/api/a",
+		"status": int64(200), "bytes_in": int64(5), "bytes_out": int64(5), "reject_reason": "",
+	}
+	for k, v := range want {
+		if first[k] != v {
+			t.Errorf("%s = %#v, want %#v", k, first[k], v)
+		}
+	}
+	for _, k := range []string{"duration", "upstream_header_wait", "remote"} {
+		if _, ok := first[k]; !ok {
+			t.Errorf("access line lacks %s", k)
+		}
+	}
+	second := entries[1].ContextMap()
+	if second["status"] != int64(413) || second["reject_reason"] != "body_too_large" || second["request_id"] == "" {
+		t.Errorf("rejection line %v", second)
+	}
+}
