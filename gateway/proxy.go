@@ -82,6 +82,12 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 	}
 	ctx.Response.SetBody(resp.Body())
 	x.bytesOut = int64(len(resp.Body()))
+	if ctx.IsHead() {
+		// A HEAD answer has no body but announces the length of the one GET would get.
+		if cl := resp.Header.ContentLength(); cl >= 0 {
+			ctx.Response.Header.SetContentLength(cl)
+		}
+	}
 	x.finish()
 }
 

@@ -253,3 +253,42 @@ func TestBadGatewayOnDialFailures(t *testing.T) {
 		}
 	}
 }
+
+func TestHeadAndNoContent(t *testing.T) {
+	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/nc" {
+			w.WriteHeader(204)
+			return
+		}
+		w.Header().Set("Content-Length", "1234")
+		w.Header().Set("Content-Type", "text/plain")
+		if r.Method != "HEAD" {
+			w.Write(make([]byte, 1234))
+		}
+	})
+	gw := startGateway(t, "", upstreamRoute("/", up.addr, ""))
+	c, err := net.Dial("tcp", gw.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "HEAD /x HTTP/1.1\r\nHost: a\r\n\r\n")
+	resp := readRawResponse(t, c, "HEAD")
+	if resp.StatusCode != 200 || len(resp.body) != 0 {
+		t.Fatalf("HEAD: %d, %d body bytes", resp.StatusCode, len(resp.body))
+	}
+	if resp.Header.Get("Content-Length") != "1234" {
+		t.Errorf("HEAD Content-Length %q, want the upstream's", resp.Header.Get("Content-Length"))
+	}
+	// The same connection stays usable: the HEAD answer carried no body bytes.
+	io.WriteString(c, "GET /nc HTTP/1.1\r\nHost: a\r\n\r\n")
+	resp = readRawResponse(t, c, "GET")
+	if resp.StatusCode != 204 || len(resp.body) != 0 {
+		t.Fatalf("204: %d, %d body bytes", resp.StatusCode, len(resp.body))
+	}
+	io.WriteString(c, "GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+	resp = readRawResponse(t, c, "GET")
+	if resp.StatusCode != 200 || len(resp.body) != 1234 {
+		t.Fatalf("GET after HEAD: %d, %d body bytes", resp.StatusCode, len(resp.body))
+	}
+}
