@@ -172,11 +172,13 @@ func (g *Gateway) logAccess(x *exchange) {
 		remote = x.conn.RemoteAddr().String()
 	}
 	path = x.path
+	// Strings, not ByteStrings: the buffers are reused by the connection's next request, and a
+	// zap core may keep fields beyond Write.
 	ce.Write(
-		zap.ByteString("request_id", x.reqID),
+		zap.String("request_id", string(x.reqID)),
 		zap.String("route", x.stats.name),
-		zap.ByteString("method", method),
-		zap.ByteString("path", path),
+		zap.String("method", string(method)),
+		zap.String("path", string(path)),
 		zap.Int("status", x.status),
 		zap.Int64("bytes_in", x.bytesIn),
 		zap.Int64("bytes_out", x.bytesOut),
