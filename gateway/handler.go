@@ -25,8 +25,8 @@ import (
 // announced a body close the connection, after a lingering close (clientConn.lingerClose) so
 // the client reads the status rather than a reset.
 
-// expectedFailFast is the read timeout that makes fasthttp's body pre-read fail at once.
-const expectedFailFast = time.Nanosecond
+// preReadFailFast is the read timeout that makes fasthttp's body pre-read fail at once.
+const preReadFailFast = time.Nanosecond
 
 // onHeaders is fasthttp's HeaderReceived hook.
 func (g *Gateway) onHeaders(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
@@ -41,7 +41,7 @@ func (g *Gateway) onHeaders(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	if x.rej != nil {
 		if x.bodyAnnounced {
 			cc.linger.Store(true)
-			return fasthttp.RequestConfig{ReadTimeout: expectedFailFast}
+			return fasthttp.RequestConfig{ReadTimeout: preReadFailFast}
 		}
 		return fasthttp.RequestConfig{}
 	}
@@ -87,7 +87,7 @@ func (g *Gateway) decide(h *fasthttp.RequestHeader, x *exchange) {
 		x.local = localMetrics
 		return
 	}
-	if len(h.Peek(fasthttp.HeaderUpgrade)) > 0 {
+	if len(h.Peek(fasthttp.HeaderUpgrade)) > 0 || h.IsConnect() {
 		x.reject(rejUpgrade)
 		return
 	}
@@ -224,10 +224,24 @@ func (g *Gateway) writeRejection(ctx *fasthttp.RequestCtx, x *exchange, r *rejec
 	if len(x.reqID) > 0 {
 		ctx.Response.Header.SetBytesKV(headerRequestID, x.reqID)
 	}
-	if x.bodyAnnounced || r.status == fasthttp.StatusBadRequest || r.status >= 500 && r.status != fasthttp.StatusServiceUnavailable {
+	if x.bodyAnnounced || closesConnection(r.status) {
 		ctx.SetConnectionClose()
 	}
 	x.bytesOut = int64(len(r.body))
+}
+
+// closesConnection reports the answers after which the connection is not reused even without
+// a body in flight: the request was malformed or timed out (the stream cannot be trusted), or
+// the gateway itself failed. 404, 413 without a body, 502, 503 and 504 keep a keep-alive
+// connection, as nginx does.
+func closesConnection(status int) bool {
+	switch status {
+	case fasthttp.StatusBadRequest, fasthttp.StatusRequestTimeout,
+		fasthttp.StatusRequestHeaderFieldsTooLarge, fasthttp.StatusInternalServerError,
+		fasthttp.StatusNotImplemented:
+		return true
+	}
+	return false
 }
 
 var (
