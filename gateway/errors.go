@@ -45,6 +45,8 @@ var (
 		"431 Request Header Fields Too Large: request line and headers exceed max_header_bytes", false)
 	rejBadRequest = newRejection(fasthttp.StatusBadRequest, reasonBadRequest,
 		"400 Bad Request: malformed request", false)
+	rejBadChunk = newRejection(fasthttp.StatusBadRequest, reasonBadRequest,
+		"400 Bad Request: malformed chunked body", false)
 	rejUpgrade = newRejection(fasthttp.StatusNotImplemented, reasonBadRequest,
 		"501 Not Implemented: connection upgrades are not supported", false)
 	rejReadTimeout = newRejection(fasthttp.StatusRequestTimeout, reasonReadTimeout,

@@ -65,14 +65,28 @@ func copyResponseHeaders(dst, src *fasthttp.ResponseHeader) {
 var errBadFraming = errors.New("gateway: ambiguous or malformed request framing")
 
 // validateHeaders applies the header-level rejects of SPEC 7 that fasthttp does not make
-// itself, on the raw header bytes (fasthttp keeps only the last Content-Length and lets chunked
-// win over a Content-Length): Content-Length together with Transfer-Encoding; more than one
-// Content-Length or one that is not plain decimal; a Transfer-Encoding other than a single
-// "chunked"; obsolete line folding; whitespace before a colon; control bytes other than HTAB in
-// names or values; a protocol other than HTTP/1.x.
+// itself, so that every request the gateway accepts has exactly one framing and one target.
+// It runs on every request and does not allocate.
+//
+// The request line: fasthttp hands over the method, request-target and protocol it split at
+// single spaces, and already refuses a missing part, a second space, tabs, control bytes and a
+// version that is not HTTP/d.d (see TestSmugglingCorpus, class request-line). It accepts any
+// HTTP/d.d, though: only HTTP/1.x passes here. The other request-line checks repeat what
+// fasthttp v1.78 refuses, so that a more lenient fasthttp cannot open a hole unnoticed.
+// fasthttp drops the request line's own terminator, so a bare LF ending it (RFC 9112 2.2 lets
+// a recipient accept one) cannot be seen here.
+//
+// The header section, on the raw bytes (fasthttp lets chunked win over a Content-Length,
+// accepts Transfer-Encoding: identity, tolerates spaces inside names and joins folded lines):
+// Content-Length together with Transfer-Encoding; more than one Content-Length (fasthttp v1.78
+// refuses that too) or one that is not plain decimal; a Transfer-Encoding other than a
+// single "chunked" (any case); obsolete line folding; whitespace before a colon or any other
+// non-token byte in a name; control bytes other than HTAB in values; a line not ending in CRLF.
+//
+// Host: mandatory from HTTP/1.1 on (RFC 9112 3.2). fasthttp checks it for "HTTP/1.1" only; a
+// higher 1.x is processed as 1.1 (SPEC 7), so it needs one too.
 func validateHeaders(h *fasthttp.RequestHeader) error {
-	proto := h.Protocol()
-	if len(proto) < len("HTTP/1.0") || !bytes.HasPrefix(proto, []byte("HTTP/1.")) {
+	if !validRequestLine(h) {
 		return errBadFraming
 	}
 	raw := h.RawHeaders()
@@ -108,7 +122,7 @@ func validateHeaders(h *fasthttp.RequestHeader) error {
 		}
 		for _, c := range value {
 			if (c < ' ' && c != '\t') || c == 0x7f {
-				return errBadFraming
+				return errBadFraming // includes a bare CR
 			}
 		}
 		value = bytes.Trim(value, " \t")
@@ -128,8 +142,68 @@ func validateHeaders(h *fasthttp.RequestHeader) error {
 	if nCL > 0 && nTE > 0 {
 		return errBadFraming
 	}
+	if h.Protocol()[7] != '0' && len(h.Host()) == 0 {
+		return errBadFraming
+	}
 	return nil
 }
+
+// validRequestLine checks `METHOD SP request-target SP HTTP/1.x` on the parts fasthttp split:
+// the method is a token; the version is HTTP/1.0 to HTTP/1.9, case-sensitive; the target is
+// origin-form ("/..."), absolute-form with an http or https scheme, "*" for OPTIONS, or
+// anything for CONNECT (authority-form; the gateway answers CONNECT 501 later), and holds no
+// control byte, space, DEL, "#" or backslash. A fragment is never part of a request-target
+// (RFC 9112 3.2), and the gateway must route on the path it forwards: "/admin#x" would be
+// matched as one path and reach the upstream as "/admin". A backslash is no separator to the
+// gateway but one to some upstreams ("/api\..\admin"). Other bytes RFC 3986 does not allow
+// ("|", "{", "[", non-ASCII, ...) are sent by real clients in queries and pass.
+func validRequestLine(h *fasthttp.RequestHeader) bool {
+	proto := h.Protocol()
+	if len(proto) != len("HTTP/1.1") || !bytes.HasPrefix(proto, http1Prefix) || proto[7] < '0' || proto[7] > '9' {
+		return false
+	}
+	method := h.Method()
+	if len(method) == 0 {
+		return false
+	}
+	for _, c := range method {
+		if !isTokenChar(c) {
+			return false
+		}
+	}
+	target := h.RequestURI()
+	if len(target) == 0 {
+		return false
+	}
+	for _, c := range target {
+		if c <= ' ' || c == 0x7f || c == '#' || c == '\\' {
+			return false
+		}
+	}
+	switch {
+	case target[0] == '/':
+		return true
+	case len(target) == 1 && target[0] == '*':
+		return bytes.Equal(method, methodOptions)
+	case bytes.Equal(method, methodConnect):
+		return true
+	}
+	i := bytes.Index(target, schemeSep)
+	if i < 0 {
+		return false
+	}
+	scheme := target[:i]
+	return equalFold(scheme, schemeHTTP) || equalFold(scheme, schemeHTTPS)
+}
+
+var (
+	http1Prefix   = []byte("HTTP/1.")
+	methodOptions = []byte(fasthttp.MethodOptions)
+	methodConnect = []byte(fasthttp.MethodConnect)
+	schemeSep     = []byte("://")
+	schemeHTTP    = []byte("http")
+	schemeHTTPS   = []byte("https")
+)
 
 var (
 	hdrTransferEncoding = []byte("Transfer-Encoding")

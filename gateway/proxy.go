@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"toron/limits"
+	"toron/streaming"
 	"toron/timeouts"
 )
 
@@ -99,6 +100,10 @@ func (g *Gateway) answerForwardError(ctx *fasthttp.RequestCtx, x *exchange, err 
 		switch {
 		case errors.Is(err, limits.ErrBodyTooLarge):
 			g.writeRejection(ctx, x, rejBodyTooLargeStream)
+		case errors.Is(err, streaming.ErrFraming):
+			// SPEC 7: a chunk framing error aborted the upstream request before its
+			// terminating chunk; the client gets a 400 and the connection closes.
+			g.writeRejection(ctx, x, rejBadChunk)
 		case errors.Is(err, timeouts.ErrSlowClient):
 			g.writeRejection(ctx, x, rejSlowClient)
 		case isTimeout(err):
@@ -186,6 +191,7 @@ func appendIPv4(dst []byte, ip net.IP) []byte {
 	}
 	return dst
 }
+
 var (
 	hdrHost            = []byte("Host")
 	hdrContentLength   = []byte("Content-Length")

@@ -21,15 +21,14 @@ import (
 //   - Dot segments are removed as in RFC 3986 5.2.4: `/a/./b` is `/a/b`,
 //     `/a/b/..` is `/a/`, and `..` never climbs above the root
 //     (`/../../etc` is `/etc`).
-//   - Percent-encoded bytes are left as sent: `%2F` stays `%2F` (SPEC 2), so
-//     an encoded slash never splits a segment here. One exception: a segment
-//     spelled with `%2e` / `%2E` for some or all of its dots (`%2e`, `%2e%2e`,
-//     `.%2E`) is a dot segment too. RFC 3986 2.3 makes `%2E` equivalent to
-//     `.`, and an upstream that decodes it before resolving dots (nginx does)
-//     would otherwise serve `/api/%2e%2e/legacy/reports` from `/legacy` while
-//     our bulkhead, limits and timeouts were those of `/api`. Removing the
-//     segment closes that gap; no legitimate client sends a path whose
-//     meaning depends on an encoded dot segment.
+//   - Percent-encoded unreserved characters (ALPHA, DIGIT, '-', '.', '_',
+//     '~') are decoded, as RFC 3986 6.2.2.2 normalization does: they mean the
+//     same as the plain character, and an upstream that decodes them would
+//     otherwise serve `/adm%69n` from `/admin` while our route, bulkhead and
+//     limits were those of `/`. Decoding happens before dot-segment removal,
+//     so `%2e%2e` is a `..` segment too. Every other percent-encoding is left
+//     as sent: `%2F` stays `%2F` (SPEC 2), so an encoded slash never splits a
+//     segment here.
 //
 // Known limit: an upstream that decodes `%2F` into '/' and then resolves dot
 // segments (`/api/x%2F..%2F..%2Flegacy`) still sees a path this function
@@ -53,35 +52,31 @@ func normalizePath(dst, path []byte) []byte {
 		}
 		seg := path[i:j]
 		i = j + 1
-
-		switch {
-		case len(seg) == 0:
+		if len(seg) == 0 {
 			// An empty segment: a repeated, leading or trailing slash.
 			lastOrdinary = false
-		case seg[0] != '.' && seg[0] != '%':
-			// Fast path: the common segment cannot be a dot segment.
-			dst = append(dst, seg...)
-			dst = append(dst, '/')
-			lastOrdinary = true
-		default:
-			switch dotSegment(seg) {
-			case 1:
-				// "." is dropped; a final one leaves a trailing slash
-				// (RFC 3986 5.2.4 step 2B: "/a/." is "/a/").
-			case 2:
-				// ".." drops the previous output segment, if any
-				// (step 2C); at the root it is dropped alone (`/..` is `/`).
-				if out := dst[base:]; len(out) > 1 {
-					k := bytes.LastIndexByte(out[:len(out)-1], '/')
-					dst = dst[:base+k+1]
-				}
-			default:
-				dst = append(dst, seg...)
-				dst = append(dst, '/')
-				lastOrdinary = true
-				continue
+			continue
+		}
+		start := len(dst)
+		dst = appendDecodedSegment(dst, seg)
+		switch out := dst[start:]; {
+		case len(out) == 1 && out[0] == '.':
+			// "." is dropped; a final one leaves a trailing slash
+			// (RFC 3986 5.2.4 step 2B: "/a/." is "/a/").
+			dst = dst[:start]
+			lastOrdinary = false
+		case len(out) == 2 && out[0] == '.' && out[1] == '.':
+			// ".." drops the previous output segment, if any (step 2C); at
+			// the root it is dropped alone (`/..` is `/`).
+			dst = dst[:start]
+			if prev := dst[base:]; len(prev) > 1 {
+				k := bytes.LastIndexByte(prev[:len(prev)-1], '/')
+				dst = dst[:base+k+1]
 			}
 			lastOrdinary = false
+		default:
+			dst = append(dst, '/')
+			lastOrdinary = true
 		}
 	}
 	if lastOrdinary {
@@ -90,23 +85,47 @@ func normalizePath(dst, path []byte) []byte {
 	return dst
 }
 
-// dotSegment reports whether seg is "." (1) or ".." (2), each dot spelled
-// either '.' or "%2e" in any case; 0 means an ordinary segment.
-func dotSegment(seg []byte) int {
-	n := 0
-	for i := 0; i < len(seg); n++ {
-		switch {
-		case n == 2:
-			return 0
-		case seg[i] == '.':
-			i++
-		case i+2 < len(seg) && seg[i] == '%' && seg[i+1] == '2' && seg[i+2]|0x20 == 'e':
-			i += 3
-		default:
-			return 0
-		}
+// appendDecodedSegment appends seg to dst with its percent-encoded unreserved characters
+// decoded (RFC 3986 2.3, 6.2.2.2); other percent-encodings and malformed ones stay as sent.
+func appendDecodedSegment(dst, seg []byte) []byte {
+	if bytes.IndexByte(seg, '%') < 0 {
+		return append(dst, seg...)
 	}
-	return n
+	for k := 0; k < len(seg); k++ {
+		c := seg[k]
+		if c == '%' && k+2 < len(seg) {
+			hi, ok1 := unhex(seg[k+1])
+			lo, ok2 := unhex(seg[k+2])
+			if d := hi<<4 | lo; ok1 && ok2 && isUnreserved(d) {
+				dst = append(dst, d)
+				k += 2
+				continue
+			}
+		}
+		dst = append(dst, c)
+	}
+	return dst
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+// isUnreserved reports an RFC 3986 unreserved character.
+func isUnreserved(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	}
+	return c == '-' || c == '.' || c == '_' || c == '~'
 }
 
 // tableEntry is one route as the matcher sees it.

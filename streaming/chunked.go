@@ -300,13 +300,17 @@ func hexValue(c byte) (byte, bool) {
 	return 0, false
 }
 
-// checkChunkExtensions validates *( BWS ";" BWS ext-name [ BWS "=" BWS ext-value ] ) BWS, where
-// a value is a token or a quoted-string.
+// checkChunkExtensions validates *( BWS ";" BWS ext-name [ BWS "=" BWS ext-value ] ), where a
+// value is a token or a quoted-string (RFC 9112 7.1.1). Whitespace is allowed only where the
+// grammar has BWS: before a ';', never at the end of the line ("5 \r\n" is refused).
 func checkChunkExtensions(b []byte) error {
 	for {
-		b = skipBWS(b)
 		if len(b) == 0 {
 			return nil
+		}
+		b = skipBWS(b)
+		if len(b) == 0 {
+			return framingError("whitespace at the end of a chunk-size line")
 		}
 		if b[0] != ';' {
 			return framingError("invalid character after chunk size")

@@ -77,6 +77,8 @@ func TestChunkedInvalid(t *testing.T) {
 		{"trailer space before colon", "5\r\nhello\r\n0\r\nX-A : 1\r\n\r\n", "hello"},
 		{"trailer bare LF", "5\r\nhello\r\n0\r\nX-A: 1\n\r\n", "hello"},
 		{"empty size", "\r\nhello\r\n0\r\n\r\n", ""},
+		{"trailing space", "5 \r\nhello\r\n0\r\n\r\n", ""},
+		{"trailing space after extension", "5;a=b \r\nhello\r\n0\r\n\r\n", ""},
 	}
 	for _, tc := range cases {
 		got, err := decodeAll(tc.in, false)
