@@ -117,7 +117,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 
-	log, err := newLogger(cfg.Log, stderr)
+	log, level, err := newLogger(cfg.Log, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "toron: %v\n", err)
 		return exitConfig
@@ -160,7 +160,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 			return exitOK
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				reload(g, load, log)
+				reload(g, load, log, level)
 				continue
 			}
 			return drain(g, sig, sigs, serveErr, log)
@@ -172,7 +172,10 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 var demoConfigYAML = []byte("server:\n  host: 127.0.0.1\n")
 
 // reload re-reads both files; an invalid configuration is logged and the old one keeps serving.
-func reload(g *gateway.Gateway, load func() (*conf.Config, error), log *zap.Logger) {
+// log.level and log.access change at once; a new log.format takes effect at the next start
+// (the encoder is built once), which is logged.
+func reload(g *gateway.Gateway, load func() (*conf.Config, error), log *zap.Logger, level zap.AtomicLevel) {
+	old := g.Config().Log
 	cfg, err := load()
 	if err != nil {
 		g.ReloadFailed()
@@ -182,6 +185,12 @@ func reload(g *gateway.Gateway, load func() (*conf.Config, error), log *zap.Logg
 	if err != nil {
 		log.Error("configuration reload refused; the previous configuration keeps serving", zap.Error(err))
 		return
+	}
+	if l, err := zapcore.ParseLevel(cfg.Log.Level); err == nil {
+		level.SetLevel(l)
+	}
+	if cfg.Log.Format != old.Format {
+		log.Warn("log.format changes at the next start", zap.String("running", old.Format), zap.String("configured", cfg.Log.Format))
 	}
 	for _, w := range cfg.Warnings {
 		log.Warn("configuration warning", zap.String("warning", w))
@@ -219,13 +228,14 @@ func hostForURL(a net.Addr) string {
 	return a.String()
 }
 
-// newLogger builds the zap logger of the log section: JSON or console, at the configured level,
-// to stderr.
-func newLogger(l conf.Log, w io.Writer) (*zap.Logger, error) {
-	level, err := zapcore.ParseLevel(l.Level)
+// newLogger builds the zap logger of the log section: JSON or console, at the configured level
+// (an AtomicLevel, so that a reload can change it), to stderr.
+func newLogger(l conf.Log, w io.Writer) (*zap.Logger, zap.AtomicLevel, error) {
+	parsed, err := zapcore.ParseLevel(l.Level)
 	if err != nil {
-		return nil, fmt.Errorf("log.level: %w", err)
+		return nil, zap.AtomicLevel{}, fmt.Errorf("log.level: %w", err)
 	}
+	level := zap.NewAtomicLevelAt(parsed)
 	ec := zap.NewProductionEncoderConfig()
 	ec.TimeKey = "time"
 	ec.EncodeTime = zapcore.RFC3339NanoTimeEncoder
@@ -237,5 +247,5 @@ func newLogger(l conf.Log, w io.Writer) (*zap.Logger, error) {
 		enc = zapcore.NewJSONEncoder(ec)
 	}
 	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), level)
-	return zap.New(core), nil
+	return zap.New(core), level, nil
 }

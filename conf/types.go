@@ -16,7 +16,7 @@ type Config struct {
 	Routes []Route `koanf:"routes" json:"routes"`
 
 	// ConfigFile and RoutesFile name the files this configuration came from, as given to Load
-	// or LoadBytes ("" in demo mode).
+	// or LoadBytes (in demo mode the names main passes, "demo config" and "demo routes").
 	ConfigFile string `koanf:"-" json:"config_file"`
 	RoutesFile string `koanf:"-" json:"routes_file"`
 	// Warnings are the non-fatal findings of validation (the elevated-budget warning), one line each.
@@ -128,7 +128,8 @@ type Route struct {
 type Effective struct {
 	// MaxBodyBytes is the body ceiling in bytes; 0 means no body is accepted.
 	MaxBodyBytes int64 `json:"max_body_bytes"`
-	// ReadTimeout is the header deadline and sliding body window; always > 0.
+	// ReadTimeout is the route's sliding body window (headers are read under the server's
+	// read_timeout: the route is not known before them); always > 0.
 	ReadTimeout time.Duration `json:"read_timeout"`
 	// WriteTimeout is the sliding window for writes to the client; always > 0.
 	WriteTimeout time.Duration `json:"write_timeout"`

@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"io"
+	"time"
 
 	"github.com/valyala/bytebufferpool"
 	"github.com/valyala/fasthttp"
@@ -100,6 +101,9 @@ type bodyReader struct {
 	buf   *[]byte
 	pre   *bytebufferpool.ByteBuffer
 	preAt int
+	// sentAt is when the last body byte was handed to the upstream writer: the end of
+	// forwarding for a streamed body, where the upstream header wait starts.
+	sentAt time.Time
 }
 
 func (b *bodyReader) reset(x *exchange) {
@@ -109,6 +113,7 @@ func (b *bodyReader) reset(x *exchange) {
 	b.want = 0
 	b.n = 0
 	b.err = nil
+	b.sentAt = time.Time{}
 	b.max = 0
 	if x.route != nil {
 		b.max = x.route.eff.MaxBodyBytes
@@ -204,6 +209,7 @@ func (b *bodyReader) WriteTo(w io.Writer) (int64, error) {
 			return total, b.fail(err)
 		}
 		b.err = io.EOF
+		b.sentAt = time.Now()
 		return total, nil
 	}
 	buf := b.takeBuffer()
@@ -217,6 +223,7 @@ func (b *bodyReader) WriteTo(w io.Writer) (int64, error) {
 			}
 		}
 		if err == io.EOF {
+			b.sentAt = time.Now()
 			return total, nil
 		}
 		if err != nil {

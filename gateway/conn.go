@@ -37,6 +37,8 @@ func (l *listener) Accept() (net.Conn, error) {
 	}
 	cc := &clientConn{Conn: c, ln: l}
 	cc.x.conn = cc
+	// The first request's line and headers must arrive within read_timeout of the accept.
+	_ = c.SetReadDeadline(time.Now().Add(l.g.snap.Load().cfg.Server.ReadTimeout))
 	l.mu.Lock()
 	l.conns[cc] = struct{}{}
 	l.mu.Unlock()
@@ -169,6 +171,27 @@ func (c *clientConn) lingerClose() {
 }
 
 var lingerBufPool = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+
+// onConnState is fasthttp's ConnState hook, called on the connection's own goroutine. It arms
+// the deadlines of SPEC 5 that fasthttp would otherwise fix at startup: a request whose first
+// byte arrived (StateActive) must complete its line and headers within read_timeout (absolute,
+// a client that drips header bytes is cut); a connection between requests (StateIdle) may wait
+// idle_timeout for the next one. Both come from the configuration in force, so a reload
+// changes them for the next request.
+func (g *Gateway) onConnState(c net.Conn, state fasthttp.ConnState) {
+	cc, ok := c.(*clientConn)
+	if !ok {
+		return
+	}
+	s := &g.snap.Load().cfg.Server
+	switch state {
+	case fasthttp.StateActive:
+		_ = cc.Conn.SetReadDeadline(time.Now().Add(s.ReadTimeout))
+	case fasthttp.StateIdle:
+		cc.bodyPhase = false
+		_ = cc.Conn.SetReadDeadline(time.Now().Add(s.IdleTimeout))
+	}
+}
 
 // connOf returns the clientConn of a request. Every connection the gateway serves comes from
 // its listener, so anything else is a programming error.

@@ -56,6 +56,7 @@ type exchange struct {
 	headerWait time.Duration
 
 	path    []byte // the normalized path: matched and forwarded
+	method  []byte // kept here: fasthttp resets the request before its error handler
 	reqID   []byte
 	scratch []byte
 	xff     []byte
@@ -87,6 +88,7 @@ func (x *exchange) begin(g *Gateway, ctx *fasthttp.RequestCtx) {
 	x.bytesOut = 0
 	x.headerWait = 0
 	x.path = x.path[:0]
+	x.method = x.method[:0]
 	x.reqID = x.reqID[:0]
 	x.active.Store(true)
 }
@@ -164,14 +166,8 @@ func (g *Gateway) logAccess(x *exchange) {
 	if ce == nil {
 		return
 	}
-	ctx := x.ctx()
-	var method, path []byte
-	var remote string
-	if ctx != nil {
-		method = ctx.Request.Header.Method()
-		remote = x.conn.RemoteAddr().String()
-	}
-	path = x.path
+	remote := x.conn.RemoteAddr().String()
+	method, path := x.method, x.path
 	// Strings, not ByteStrings: the buffers are reused by the connection's next request, and a
 	// zap core may keep fields beyond Write.
 	ce.Write(
@@ -203,11 +199,13 @@ func newIDPrefix() string {
 // replaced by a generated id (it ends up in logs and upstream headers).
 const maxRequestIDBytes = 128
 
-// setRequestID keeps a sane client X-Request-Id or generates prefix-counter.
+// setRequestID keeps a sane client X-Request-Id or generates prefix-counter (h may be nil).
 func (x *exchange) setRequestID(h *fasthttp.RequestHeader) {
-	if v := h.Peek("X-Request-Id"); len(v) > 0 && len(v) <= maxRequestIDBytes && printable(v) {
-		x.reqID = append(x.reqID[:0], v...)
-		return
+	if h != nil {
+		if v := h.Peek("X-Request-Id"); len(v) > 0 && len(v) <= maxRequestIDBytes && printable(v) {
+			x.reqID = append(x.reqID[:0], v...)
+			return
+		}
 	}
 	x.reqID = append(x.reqID[:0], x.g.idPrefix...)
 	x.reqID = append(x.reqID, '-')

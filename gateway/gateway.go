@@ -110,10 +110,14 @@ func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
 		// The read buffer bounds the request line and headers: above it fasthttp reports
 		// ErrSmallBuffer, answered 431.
 		ReadBufferSize: int(s.MaxHeaderBytes),
-		ReadTimeout:    s.ReadTimeout,
-		IdleTimeout:    s.IdleTimeout,
-		// Writes slide in clientConn.Write; fasthttp's WriteTimeout would be absolute.
+		// The header and idle deadlines are armed by onConnState from the configuration in
+		// force, so that a reload changes them; body reads and all writes slide in clientConn.
+		// fasthttp's own timeouts are off: they are fixed at startup, and its WriteTimeout would
+		// be absolute for a whole response.
+		ReadTimeout:                  0,
+		IdleTimeout:                  0,
 		WriteTimeout:                 0,
+		ConnState:                    g.onConnState,
 		StreamRequestBody:            true,
 		DisablePreParseMultipartForm: true,
 		NoDefaultServerHeader:        true,

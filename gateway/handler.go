@@ -76,6 +76,7 @@ func (g *Gateway) decide(h *fasthttp.RequestHeader, x *exchange) {
 		return
 	}
 	x.path = appendPath(x.path[:0], h.RequestURI())
+	x.method = append(x.method[:0], h.Method()...)
 	x.setRequestID(h)
 
 	// Step 3: the gateway's own paths, before the route table, never taking a worker.
@@ -172,7 +173,10 @@ func (g *Gateway) onError(ctx *fasthttp.RequestCtx, err error) {
 		x.reject(clientErrorRejection(err))
 		g.writeRejection(ctx, x, x.rej)
 	default:
+		// fasthttp refused the request before our hook saw it: there is no path or route,
+		// but the answer and the access line still get a request id.
 		x.begin(g, ctx)
+		x.setRequestID(nil)
 		x.reject(clientErrorRejection(err))
 		g.writeRejection(ctx, x, x.rej)
 	}

@@ -43,6 +43,10 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 	}
 	start := time.Now()
 	err := hc.Do(req, resp)
+	if sent := x.body.sentAt; sent.After(start) {
+		// A streamed body: the wait for the headers starts once it was forwarded.
+		start = sent
+	}
 	x.headerWait = time.Since(start)
 	fasthttp.ReleaseRequest(req)
 	x.body.release()

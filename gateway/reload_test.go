@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -82,5 +83,28 @@ func TestReloadRefusesFixedKeys(t *testing.T) {
 	m := scrape(t, gw.addr)
 	if m["toron_config_reload_errors_total"] != 1 || m["toron_config_reloads_total"] != 0 {
 		t.Errorf("reload counters %v %v", m["toron_config_reloads_total"], m["toron_config_reload_errors_total"])
+	}
+}
+
+// TestReloadChangesHeaderDeadline: the header and idle deadlines come from the configuration in
+// force, so a reload changes them without a restart.
+func TestReloadChangesHeaderDeadline(t *testing.T) {
+	up := startUpstream(t, nil)
+	gw := startGateway(t, "read_timeout: 30s\n", upstreamRoute("/", up.addr, ""))
+	cfg := loadConfig(t, "read_timeout: 1s\n", upstreamRoute("/", up.addr, ""))
+	if err := gw.g.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", gw.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n") // never finished
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	_, _ = io.ReadAll(c)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("unfinished headers cut after %v; the reloaded read_timeout is 1s", d)
 	}
 }
