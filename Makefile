@@ -6,7 +6,7 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 FUZZTIME  ?= 30s
 PKGS      := ./...
 
-.PHONY: help build run test vet deps lint fuzz bench bench-go bench-compare clean
+.PHONY: help build run test vet deps lint fuzz bench bench-go bench-compare bench-slowloris loadtest clean
 
 help: #? list the targets
 	@grep -E '^[a-z-]+:.*#\?' $(MAKEFILE_LIST) | sed -E 's/:.*#\?/\t/' | sort
@@ -32,10 +32,20 @@ deps: #? fail when a leaf package imports conf, gateway, zap or another leaf
 fuzz: #? run each fuzz target for FUZZTIME
 	@bash scripts/fuzz.sh $(FUZZTIME)
 
-bench: bench-go #? Go benchmarks (-benchmem) and the load-test comparison
+bench: bench-go bench-compare bench-slowloris #? Go benchmarks (-benchmem), the peer comparison and the slowloris run
 
-bench-go:
+bench-go: #? Go benchmarks only
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
+
+bench-compare: build #? direct vs Toron vs nginx vs HAProxy (installs wrk, nginx, haproxy)
+	bash scripts/compare.sh
+
+bench-slowloris: build #? /health and /api success under a 1000-connection slowloris (installs slowhttptest)
+	bash scripts/slowloris.sh
+
+SCENARIO ?= small-get
+loadtest: build #? one load-test scenario: make loadtest SCENARIO=small-get|upload|isolation|slow-client
+	$(GO) run ./loadtest -toron $(BIN) -scenario $(SCENARIO)
 
 clean: #? remove build output
 	rm -rf bin out
