@@ -1,0 +1,156 @@
+// Command loadtest is Toron's load-test suite (SPEC 10): it starts its own upstream on
+// loopback, starts the gateway binary with generated config and routes files pointing at it,
+// waits for /health, runs one scenario with vegeta, stops the gateway with SIGTERM, prints one
+// summary table and writes a latency-over-time plot (HTML with an inline SVG).
+//
+//	go run ./loadtest -toron bin/toron -scenario small-get
+//	go run ./loadtest -scenario isolation -duration 5s
+//
+// Scenarios: small-get, upload, isolation, slow-client; and two helpers the scripts use:
+// upstream (serve the upstream alone, for scripts/compare.sh) and probe (probe a running server
+// every -interval, for scripts/slowloris.sh). Every request goes to 127.0.0.1.
+//
+// Exit status: 0 done, 1 a failure to set up or run, 2 bad flags, 3 the scenario ran but missed
+// its target (the FAIL lines say which).
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// options are the command's flags.
+type options struct {
+	toron    string
+	scenario string
+	out      string
+	duration time.Duration
+	target   string
+
+	rate        int
+	connections int
+
+	apiRate, healthRate, floodRate int
+	rounds                         int
+	bulkhead                       int
+	maxRatio                       float64
+
+	uploads       int
+	uploadBytes   int64
+	uploadTimeout time.Duration
+
+	attackers int
+
+	listen   string
+	lifetime time.Duration
+
+	paths        string
+	interval     time.Duration
+	probeTimeout time.Duration
+	minOKPercent float64
+	label        string
+}
+
+// errMissed is returned by a scenario that ran but missed its target.
+var errMissed = errors.New("loadtest: target missed")
+
+func main() {
+	var o options
+	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
+	fs.StringVar(&o.toron, "toron", "bin/toron", "gateway binary to start")
+	fs.StringVar(&o.scenario, "scenario", "", "small-get, upload, isolation, slow-client; helpers: upstream, probe")
+	fs.StringVar(&o.out, "out", "out/loadtest", "folder for the plots, tables and the gateway's log")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of each measured phase")
+	fs.StringVar(&o.target, "target", "", "measure this running server (base URL on 127.0.0.1; for upload the full URL) instead of starting the gateway")
+	fs.IntVar(&o.rate, "rate", 0, "small-get: requests per second, 0 for as fast as -connections allow")
+	fs.IntVar(&o.connections, "connections", 64, "small-get: concurrent connections")
+	fs.IntVar(&o.apiRate, "api-rate", 200, "isolation, slow-client: /api requests per second")
+	fs.IntVar(&o.healthRate, "health-rate", 20, "isolation, slow-client: /health requests per second")
+	fs.IntVar(&o.floodRate, "flood-rate", 200, "isolation: requests per second to the saturated legacy route")
+	fs.IntVar(&o.rounds, "rounds", 3, "isolation: idle/saturated rounds (medians are reported)")
+	fs.IntVar(&o.bulkhead, "bulkhead", 8, "isolation: max_concurrency of /legacy/reports in the generated routes")
+	fs.Float64Var(&o.maxRatio, "max-ratio", 1.5, "isolation: target for /api p99 saturated / idle")
+	fs.IntVar(&o.uploads, "uploads", 8, "upload: concurrent uploads")
+	fs.Int64Var(&o.uploadBytes, "upload-bytes", 200_000_000, "upload: bytes per upload")
+	fs.DurationVar(&o.uploadTimeout, "upload-timeout", 5*time.Minute, "upload: time limit of one upload")
+	fs.IntVar(&o.attackers, "attackers", 40, "slow-client: connections of each attack kind")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:18081", "upstream: address to serve on")
+	fs.DurationVar(&o.lifetime, "lifetime", time.Hour, "upstream: exit after this long even without a signal")
+	fs.StringVar(&o.paths, "paths", "/health,/api/probe", "probe: comma-separated paths to probe")
+	fs.DurationVar(&o.interval, "interval", 50*time.Millisecond, "probe: time between two probes of a path")
+	fs.DurationVar(&o.probeTimeout, "probe-timeout", time.Second, "probe: time limit of one probe")
+	fs.Float64Var(&o.minOKPercent, "min-ok", 99, "probe: target share of 200 answers, percent")
+	fs.StringVar(&o.label, "label", "", "probe, upload with -target: name of the measured server in the table")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		os.Exit(2)
+	}
+	if err := o.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	err := run(o)
+	switch {
+	case errors.Is(err, errMissed):
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(3)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+// scenarios are the values of -scenario.
+var scenarios = []string{"small-get", "upload", "isolation", "slow-client", "upstream", "probe"}
+
+func (o *options) validate() error {
+	if !slices.Contains(scenarios, o.scenario) {
+		return fmt.Errorf("loadtest: -scenario must be one of %s, got %q", strings.Join(scenarios, ", "), o.scenario)
+	}
+	if o.duration <= 0 || o.duration > time.Hour {
+		return fmt.Errorf("loadtest: -duration must be between 0 and 1h, got %s", o.duration)
+	}
+	if o.target != "" {
+		u, err := url.Parse(o.target)
+		if err != nil || u.Scheme != "http" || u.Hostname() != "127.0.0.1" && u.Hostname() != "localhost" {
+			return fmt.Errorf("loadtest: -target must be an http URL on 127.0.0.1, got %q", o.target)
+		}
+		o.target = strings.TrimSuffix(o.target, "/")
+	}
+	if o.rounds < 1 || o.rounds > 20 {
+		return fmt.Errorf("loadtest: -rounds must be between 1 and 20, got %d", o.rounds)
+	}
+	if o.uploads < 1 || o.uploads > 64 {
+		return fmt.Errorf("loadtest: -uploads must be between 1 and 64, got %d", o.uploads)
+	}
+	if o.connections < 1 || o.attackers < 0 || o.apiRate < 1 || o.healthRate < 1 || o.floodRate < 0 || o.rate < 0 {
+		return errors.New("loadtest: rates and counts must be positive")
+	}
+	if o.interval < time.Millisecond || o.probeTimeout <= 0 {
+		return errors.New("loadtest: -interval must be at least 1ms and -probe-timeout positive")
+	}
+	return nil
+}
+
+func run(o options) error {
+	switch o.scenario {
+	case "small-get":
+		return smallGet(o)
+	case "upload":
+		return uploadScenario(o)
+	case "isolation":
+		return isolation(o)
+	case "slow-client":
+		return slowClient(o)
+	case "upstream":
+		return serveUpstream(o)
+	case "probe":
+		return probe(o)
+	}
+	panic("BUG: loadtest: scenario " + o.scenario + " passed validation but has no runner")
+}

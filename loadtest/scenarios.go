@@ -1,0 +1,538 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+)
+
+// env is what a scenario started: the upstream and the gateway.
+type env struct {
+	o  options
+	up *Upstream
+	gw *Toron
+}
+
+// setup starts the upstream and the gateway with the generated files in out/<scenario>-toron.
+func setup(o options, bulkhead int) (*env, error) {
+	dir := filepath.Join(o.out, o.scenario+"-toron")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("loadtest: cannot create %s: %w", dir, err)
+	}
+	up, err := StartUpstream("127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	gw, err := StartToron(o.toron, dir, RouteOptions{Upstream: up.Addr(), ReportsMaxConcurrency: bulkhead})
+	if err != nil {
+		up.Close()
+		return nil, err
+	}
+	fmt.Printf("loadtest %s: upstream %s, gateway %s (pid %d, files in %s)\n",
+		o.scenario, up.URL(), gw.URL(), gw.PID(), dir)
+	return &env{o: o, up: up, gw: gw}, nil
+}
+
+// close stops the gateway (SIGTERM) and the upstream; an unclean gateway exit is an error.
+func (e *env) close() error {
+	err := e.gw.Stop()
+	e.up.Close()
+	return err
+}
+
+// report prints the table and the notes and writes the table and the plot into the out folder.
+func report(o options, name, title string, series []Series, rows []Summary, notes []string, withMBps bool) error {
+	var b strings.Builder
+	WriteTable(&b, title, rows, withMBps)
+	for _, n := range notes {
+		b.WriteString(n + "\n")
+	}
+	fmt.Print(b.String())
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return fmt.Errorf("loadtest: cannot create %s: %w", o.out, err)
+	}
+	md := filepath.Join(o.out, name+".md")
+	if err := os.WriteFile(md, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("loadtest: cannot write %s: %w", md, err)
+	}
+	plot := filepath.Join(o.out, name+".html")
+	if err := WritePlot(plot, title, series, rows, notes); err != nil {
+		return err
+	}
+	fmt.Printf("table: %s\nplot:  %s\n", md, plot)
+	return nil
+}
+
+// verdict prints PASS or FAIL lines and returns errMissed when any failed.
+func verdict(checks []check) ([]string, error) {
+	var lines []string
+	failed := 0
+	for _, c := range checks {
+		word := "PASS"
+		if !c.ok {
+			word = "FAIL"
+			failed++
+		}
+		lines = append(lines, fmt.Sprintf("%s %s", word, c.what))
+	}
+	if failed > 0 {
+		return lines, fmt.Errorf("%w: %d of %d checks failed", errMissed, failed, len(checks))
+	}
+	return lines, nil
+}
+
+type check struct {
+	what string
+	ok   bool
+}
+
+// warmup is a short unrecorded run before a measured phase.
+func warmup(o options, url string) {
+	Load{URL: url, Rate: 0, Workers: min(o.connections, 16)}.Run(min(time.Second, o.duration/5))
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// smallGet measures GET /api throughput, directly and through the gateway.
+func smallGet(o options) error {
+	load := func(name, url string) Load {
+		return Load{Name: name, URL: url, Rate: o.rate, Workers: o.connections, Timeout: 5 * time.Second}
+	}
+	var series []Series
+	var notes []string
+	var runErr error
+	if o.target != "" {
+		url := o.target + "/api/items"
+		warmup(o, url)
+		series = append(series, Series{Name: labelOr(o, "target") + " GET /api", Results: load("target", url).Run(o.duration)})
+	} else {
+		e, err := setup(o, o.bulkhead)
+		if err != nil {
+			return err
+		}
+		warmup(o, e.up.URL()+"/api/items")
+		direct := load("direct", e.up.URL()+"/api/items").Run(o.duration)
+		warmup(o, e.gw.URL()+"/api/items")
+		via := load("toron", e.gw.URL()+"/api/items").Run(o.duration)
+		series = append(series, Series{"direct GET /api", direct}, Series{"toron GET /api", via})
+		rss := e.gw.PeakRSSBytes()
+		runErr = e.close()
+		d, t := Summarize("", direct), Summarize("", via)
+		notes = append(notes,
+			fmt.Sprintf("toron / direct: req/s %.2f, p99 %.2f; toron peak RSS %s", t.Rate/d.Rate, float64(t.P99)/float64(d.P99), mib(rss)))
+	}
+	rows := summarizeAll(series)
+	var checks []check
+	for _, r := range rows {
+		checks = append(checks, check{fmt.Sprintf("%s: no errors (%s)", r.Name, r.ErrorsText()), len(r.Errors) == 0})
+	}
+	lines, missed := verdict(checks)
+	notes = append(notes, lines...)
+	rateText := "max rate"
+	if o.rate > 0 {
+		rateText = fmt.Sprintf("%d req/s", o.rate)
+	}
+	title := fmt.Sprintf("small-get: GET /api, %s, %d connections, %s per phase", rateText, o.connections, o.duration)
+	if err := report(o, "small-get", title, series, rows, notes, false); err != nil {
+		return err
+	}
+	return firstErr(runErr, missed)
+}
+
+// uploadScenario measures concurrent large uploads, with a Content-Length and chunked.
+func uploadScenario(o options) error {
+	var series []Series
+	var notes []string
+	var runErr error
+	if o.target != "" {
+		rs := Uploads(o.target, o.uploads, o.uploadBytes, false, o.uploadTimeout, "target")
+		series = append(series, Series{labelOr(o, "target") + " (Content-Length)", rs})
+		s := Summarize("", rs)
+		// One parseable line for scripts/compare.sh.
+		notes = append(notes, fmt.Sprintf("RESULT upload_mbps=%.1f failed=%d", s.MBps(), s.Requests-s.OK))
+	} else {
+		e, err := setup(o, o.bulkhead)
+		if err != nil {
+			return err
+		}
+		direct := Uploads(e.up.URL()+"/legacy/upload", o.uploads, o.uploadBytes, false, o.uploadTimeout, "direct")
+		cl := Uploads(e.gw.URL()+"/legacy/upload", o.uploads, o.uploadBytes, false, o.uploadTimeout, "toron")
+		chunked := Uploads(e.gw.URL()+"/legacy/upload", o.uploads, o.uploadBytes, true, o.uploadTimeout, "toron-chunked")
+		series = append(series,
+			Series{"direct (Content-Length)", direct},
+			Series{"toron (Content-Length)", cl},
+			Series{"toron (chunked)", chunked})
+		rss := e.gw.PeakRSSBytes()
+		runErr = e.close()
+		d, c := Summarize("", direct), Summarize("", cl)
+		notes = append(notes, fmt.Sprintf("toron / direct MB/s (Content-Length): %.2f; toron peak RSS %s after %d x %d-byte uploads at once",
+			c.MBps()/d.MBps(), mib(rss), o.uploads, o.uploadBytes))
+	}
+	rows := summarizeAll(series)
+	var checks []check
+	for _, r := range rows {
+		checks = append(checks, check{fmt.Sprintf("%s: every upload arrived whole (%s)", r.Name, r.ErrorsText()), len(r.Errors) == 0})
+	}
+	lines, missed := verdict(checks)
+	notes = append(notes, lines...)
+	title := fmt.Sprintf("upload: %d concurrent uploads of %d bytes, generated on the fly", o.uploads, o.uploadBytes)
+	if err := report(o, "upload", title, series, rows, notes, true); err != nil {
+		return err
+	}
+	return firstErr(runErr, missed)
+}
+
+// isolation saturates /legacy/reports (every bulkhead slot held by a slow upstream call, plus a
+// flood answered 503) while /api and /health are measured, alternating with idle phases.
+func isolation(o options) error {
+	if o.target != "" {
+		return fmt.Errorf("loadtest: isolation starts its own gateway and upstream; -target is not supported")
+	}
+	e, err := setup(o, o.bulkhead)
+	if err != nil {
+		return err
+	}
+	measured := func(tag string) []Load {
+		return []Load{
+			{Name: "/api " + tag, URL: e.gw.URL() + "/api/items", Rate: o.apiRate, Workers: 8, Timeout: 5 * time.Second},
+			{Name: "/health " + tag, URL: e.gw.URL() + "/health", Rate: o.healthRate, Workers: 2, Timeout: 5 * time.Second},
+		}
+	}
+	var (
+		apiIdle, apiSat, healthIdle, healthSat, flood, holders [][]vegeta.Result
+		idleP99, satP99, healthIdleP99, healthSatP99           []float64
+		notes                                                  []string
+		checks                                                 []check
+	)
+	warmup(o, e.gw.URL()+"/api/items")
+	holdFor := o.duration + 3*time.Second
+	for round := 1; round <= o.rounds; round++ {
+		idle := RunLoads(o.duration, measured("idle")...)
+		apiIdle, healthIdle = append(apiIdle, idle[0]), append(healthIdle, idle[1])
+
+		wait := holdReports(e.gw.URL(), o.bulkhead, holdFor)
+		held := waitFor(5*time.Second, func() bool { return e.up.ReportsWaiting.Load() >= int64(o.bulkhead) })
+		loads := append(measured("saturated"),
+			Load{Name: "flood", URL: e.gw.URL() + "/legacy/reports?delay=1ms", Rate: o.floodRate, Workers: 16, Timeout: 5 * time.Second})
+		sat := RunLoads(o.duration, loads...)
+		apiSat, healthSat, flood = append(apiSat, sat[0]), append(healthSat, sat[1]), append(flood, sat[2])
+		hs := wait()
+		holders = append(holders, hs)
+		released := waitFor(3*time.Second, func() bool { return inflightZero(e.gw, "reports") })
+
+		ri, rs := Summarize("", idle[0]), Summarize("", sat[0])
+		hi, hsat := Summarize("", idle[1]), Summarize("", sat[1])
+		idleP99, satP99 = append(idleP99, float64(ri.P99)), append(satP99, float64(rs.P99))
+		healthIdleP99, healthSatP99 = append(healthIdleP99, float64(hi.P99)), append(healthSatP99, float64(hsat.P99))
+		fs := Summarize("", sat[2])
+		notes = append(notes, fmt.Sprintf("round %d: /api p99 idle %s, saturated %s (%.2fx); /health p99 idle %s, saturated %s; flood %s; %d slots held at the upstream: %v; bulkhead back to 0: %v",
+			round, fmtDuration(ri.P99), fmtDuration(rs.P99), float64(rs.P99)/float64(ri.P99),
+			fmtDuration(hi.P99), fmtDuration(hsat.P99), fs.ErrorsText(), o.bulkhead, held, released))
+		checks = append(checks,
+			check{fmt.Sprintf("round %d: all %d bulkhead slots were held by slow calls", round, o.bulkhead), held},
+			check{fmt.Sprintf("round %d: toron_route_inflight{route=\"reports\"} returned to 0", round), released})
+	}
+	rss := e.gw.PeakRSSBytes()
+	rejects := e.gw.Metrics("toron_rejected_total")
+	runErr := e.close()
+
+	names := []string{"/api idle", "/api saturated", "/health idle", "/health saturated", "flood /legacy/reports", "holders /legacy/reports"}
+	var series []Series
+	var rows []Summary
+	for i, rounds := range [][][]vegeta.Result{apiIdle, apiSat, healthIdle, healthSat, flood, holders} {
+		series = append(series, Series{names[i], slices.Concat(rounds...)})
+		rows = append(rows, SummarizeRounds(names[i], rounds))
+	}
+	ratio := median(satP99) / median(idleP99)
+	healthRatio := median(healthSatP99) / median(healthIdleP99)
+	notes = append(notes,
+		fmt.Sprintf("median of %d rounds: /api p99 idle %s, saturated %s, ratio %.2fx (target <= %.2fx); /health p99 idle %s, saturated %s, ratio %.2fx",
+			o.rounds, fmtDuration(time.Duration(median(idleP99))), fmtDuration(time.Duration(median(satP99))), ratio, o.maxRatio,
+			fmtDuration(time.Duration(median(healthIdleP99))), fmtDuration(time.Duration(median(healthSatP99))), healthRatio),
+		fmt.Sprintf("toron peak RSS %s; rejects: %s", mib(rss), strings.Join(nonZero(rejects), ", ")))
+	floodRow := rows[4]
+	checks = append(checks,
+		check{fmt.Sprintf("/api p99 saturated / idle = %.2fx <= %.2fx", ratio, o.maxRatio), ratio <= o.maxRatio},
+		check{fmt.Sprintf("/api: no errors (%s idle, %s saturated)", rows[0].ErrorsText(), rows[1].ErrorsText()), len(rows[0].Errors)+len(rows[1].Errors) == 0},
+		check{fmt.Sprintf("/health: no errors (%s idle, %s saturated)", rows[2].ErrorsText(), rows[3].ErrorsText()), len(rows[2].Errors)+len(rows[3].Errors) == 0},
+		check{fmt.Sprintf("flood: every request answered 503 (%s)", floodRow.ErrorsText()), floodRow.Requests > 0 && floodRow.Errors["503"] == floodRow.Requests},
+		check{fmt.Sprintf("holders: every slow call answered 200 (%s)", rows[5].ErrorsText()), len(rows[5].Errors) == 0},
+	)
+	lines, missed := verdict(checks)
+	notes = append(notes, lines...)
+	title := fmt.Sprintf("isolation: /legacy/reports bulkhead of %d held + flood %d req/s; /api %d req/s, /health %d req/s; %d rounds of %s idle + %s saturated",
+		o.bulkhead, o.floodRate, o.apiRate, o.healthRate, o.rounds, o.duration, o.duration)
+	if err := report(o, "isolation", title, series, rows, notes, false); err != nil {
+		return err
+	}
+	return firstErr(runErr, missed)
+}
+
+// holdReports starts n slow report calls, each on its own connection; wait returns their results.
+func holdReports(base string, n int, delay time.Duration) (wait func() []vegeta.Result) {
+	out := make([]vegeta.Result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			url := base + "/legacy/reports?delay=" + delay.String()
+			client := &http.Client{Timeout: delay + 30*time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+			r := vegeta.Result{Attack: "holder", Seq: uint64(i), Method: http.MethodGet, URL: url, Timestamp: time.Now()}
+			resp, err := client.Get(url)
+			if err == nil {
+				b, rerr := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				r.Code, r.BytesIn, err = uint16(resp.StatusCode), uint64(len(b)), rerr
+				if err == nil && (r.Code < 200 || r.Code >= 400) {
+					r.Error = resp.Status
+				}
+			}
+			r.Latency = time.Since(r.Timestamp)
+			if err != nil {
+				r.Error = errorText(err)
+			}
+			out[i] = r
+		})
+	}
+	return func() []vegeta.Result {
+		wg.Wait()
+		return out
+	}
+}
+
+// inflightZero reports whether the route's in-flight gauge reads 0.
+func inflightZero(gw *Toron, route string) bool {
+	for _, l := range gw.Metrics("toron_route_inflight") {
+		if strings.Contains(l, `route="`+route+`"`) {
+			return strings.HasSuffix(l, " 0")
+		}
+	}
+	return false
+}
+
+// waitFor polls cond every 20 ms until it holds or limit passes.
+func waitFor(limit time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// slowClient attacks the gateway with trickled bodies, slow headers and slow reads while /api
+// and /health are measured, after an idle phase of the same length.
+func slowClient(o options) error {
+	if o.target != "" {
+		return fmt.Errorf("loadtest: slow-client starts its own gateway and upstream; -target is not supported")
+	}
+	e, err := setup(o, o.bulkhead)
+	if err != nil {
+		return err
+	}
+	addr := strings.TrimPrefix(e.gw.URL(), "http://")
+	measured := func(tag string) []Load {
+		return []Load{
+			{Name: "/api " + tag, URL: e.gw.URL() + "/api/items", Rate: o.apiRate, Workers: 8, Timeout: 5 * time.Second},
+			{Name: "/health " + tag, URL: e.gw.URL() + "/health", Rate: o.healthRate, Workers: 2, Timeout: 5 * time.Second},
+		}
+	}
+	warmup(o, e.gw.URL()+"/api/items")
+	idle := RunLoads(o.duration, measured("idle")...)
+
+	attacks := []SlowClient{
+		{Name: "attack: trickled bodies (1 B/s)", Addr: addr, Conns: o.attackers, Interval: time.Second, Kind: "body"},
+		{Name: "attack: slow headers (1 line/s)", Addr: addr, Conns: o.attackers, Interval: time.Second, Kind: "headers"},
+		{Name: "attack: slow reads (64 B/s of 16 MiB)", Addr: addr, Conns: o.attackers, Interval: time.Second, Kind: "read", ReadBytes: 64, ResponseBytes: 16 << 20},
+	}
+	attackResults := make([][]vegeta.Result, len(attacks))
+	var wg sync.WaitGroup
+	for i, a := range attacks {
+		wg.Go(func() { attackResults[i] = a.Run(o.duration, slowCutLimit) })
+	}
+	// Measure while the crowd is at full size: after its first second, for the phase.
+	time.Sleep(time.Second)
+	under := RunLoads(o.duration, measured("under attack")...)
+	wg.Wait()
+
+	rss := e.gw.PeakRSSBytes()
+	rejects := e.gw.Metrics("toron_rejected_total")
+	runErr := e.close()
+
+	series := []Series{
+		{"/api idle", idle[0]}, {"/health idle", idle[1]},
+		{"/api under attack", under[0]}, {"/health under attack", under[1]},
+	}
+	for i, a := range attacks {
+		series = append(series, Series{a.Name, attackResults[i]})
+	}
+	rows := summarizeAll(series)
+	notes := []string{
+		fmt.Sprintf("attack rows: one request per connection; latency = time until the gateway closed it; an attacker reconnects at once for %s; not-cut = still open after %s", o.duration, slowCutLimit),
+		fmt.Sprintf("/api p99 under attack / idle: %.2fx; toron peak RSS %s; rejects: %s",
+			float64(rows[2].P99)/float64(rows[0].P99), mib(rss), strings.Join(nonZero(rejects), ", ")),
+	}
+	checks := []check{
+		{fmt.Sprintf("/api under attack: no errors (%s)", rows[2].ErrorsText()), len(rows[2].Errors) == 0},
+		{fmt.Sprintf("/health under attack: no errors (%s)", rows[3].ErrorsText()), len(rows[3].Errors) == 0},
+	}
+	for _, r := range rows[4:] {
+		checks = append(checks, check{fmt.Sprintf("%s: every connection cut by the gateway (%s)", r.Name, r.ErrorsText()),
+			r.Requests > 0 && r.OK == 0 && r.Errors["not-cut"] == 0})
+	}
+	lines, missed := verdict(checks)
+	notes = append(notes, lines...)
+	title := fmt.Sprintf("slow-client: %d connections of each attack; /api %d req/s, /health %d req/s; %s idle + %s under attack",
+		o.attackers, o.apiRate, o.healthRate, o.duration, o.duration)
+	if err := report(o, "slow-client", title, series, rows, notes, false); err != nil {
+		return err
+	}
+	return firstErr(runErr, missed)
+}
+
+// slowCutLimit is how long the slow-client scenario gives a slow connection to be cut: three
+// default read_timeout windows (SPEC 5 promises a cut within two).
+const slowCutLimit = 15 * time.Second
+
+// serveUpstream serves the upstream alone until SIGINT, SIGTERM or -lifetime.
+func serveUpstream(o options) error {
+	up, err := StartUpstream(o.listen)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("loadtest upstream listening on %s (pid %d)\n", up.URL(), os.Getpid())
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	select {
+	case <-sig:
+	case <-time.After(o.lifetime):
+		fmt.Fprintf(os.Stderr, "loadtest upstream: -lifetime %s passed, exiting\n", o.lifetime)
+	}
+	return up.Close()
+}
+
+// probe checks every path of a running server every -interval on a new connection, as a load
+// balancer's health check does, and reports the share answered 200.
+func probe(o options) error {
+	if o.target == "" {
+		return fmt.Errorf("loadtest: probe needs -target, such as http://127.0.0.1:8080")
+	}
+	paths := strings.Split(o.paths, ",")
+	client := &http.Client{Timeout: o.probeTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	results := make([][]vegeta.Result, len(paths))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	tick := time.NewTicker(o.interval)
+	stop := time.After(o.duration)
+loop:
+	for {
+		for i, p := range paths {
+			wg.Go(func() {
+				r := probeOnce(client, o.target+p)
+				mu.Lock()
+				results[i] = append(results[i], r)
+				mu.Unlock()
+			})
+		}
+		select {
+		case <-tick.C:
+		case <-stop:
+			break loop
+		}
+	}
+	tick.Stop()
+	wg.Wait()
+
+	label := labelOr(o, o.target)
+	series := make([]Series, len(paths))
+	for i, p := range paths {
+		series[i] = Series{label + " " + p, results[i]}
+	}
+	rows := summarizeAll(series)
+	var checks []check
+	for _, r := range rows {
+		checks = append(checks, check{fmt.Sprintf("%s: %.2f%% answered 200 within %s (target >= %.0f%%)", r.Name, r.OKShare(), o.probeTimeout, o.minOKPercent),
+			r.OKShare() >= o.minOKPercent})
+	}
+	lines, missed := verdict(checks)
+	title := fmt.Sprintf("probe %s: %s every %s, new connection each, %s timeout, for %s", label, o.paths, o.interval, o.probeTimeout, o.duration)
+	name := "probe"
+	if o.label != "" {
+		name += "-" + o.label
+	}
+	if err := report(o, name, title, series, rows, lines, false); err != nil {
+		return err
+	}
+	return missed
+}
+
+func probeOnce(client *http.Client, url string) vegeta.Result {
+	r := vegeta.Result{Attack: "probe", Method: http.MethodGet, URL: url, Timestamp: time.Now()}
+	resp, err := client.Get(url)
+	if err == nil {
+		var n int64
+		n, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		r.Code, r.BytesIn = uint16(resp.StatusCode), uint64(n)
+		if resp.StatusCode != http.StatusOK {
+			r.Error = resp.Status
+		}
+	}
+	r.Latency = time.Since(r.Timestamp)
+	if err != nil {
+		r.Code = 0
+		r.Error = errorText(err)
+	}
+	return r
+}
+
+func summarizeAll(series []Series) []Summary {
+	rows := make([]Summary, len(series))
+	for i, s := range series {
+		rows[i] = Summarize(s.Name, s.Results)
+	}
+	return rows
+}
+
+// nonZero keeps the metric lines whose value is not 0, without the metric name.
+func nonZero(lines []string) []string {
+	var out []string
+	for _, l := range lines {
+		if !strings.HasSuffix(l, " 0") {
+			out = append(out, strings.TrimPrefix(l, "toron_rejected_total"))
+		}
+	}
+	if len(out) == 0 {
+		return []string{"none"}
+	}
+	return out
+}
+
+func labelOr(o options, def string) string {
+	if o.label != "" {
+		return o.label
+	}
+	return def
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,272 @@
+#!/usr/bin/env bash
+# Peer comparison (SPEC 10, BENCHMARKS.md): the upstream directly, Toron, nginx and HAProxy,
+# measured in one run on loopback, targets interleaved over ROUNDS rounds, medians reported as
+# ratios against the direct request.
+#
+#   bash scripts/compare.sh            # make bench calls this
+#   ROUNDS=1 DURATION=5 bash scripts/compare.sh
+#
+# Per target and round: small GET req/s and p99 (wrk --latency, DURATION seconds, CONNECTIONS
+# connections, one thread), the proxy's CPU time per request (utime+stime of its processes from
+# /proc/PID/stat around the wrk run), and upload MB/s (UPLOADS concurrent uploads of
+# UPLOAD_BYTES, generated on the fly by the loadtest binary, Content-Length). Peak RSS (VmHWM
+# from /proc/PID/status, summed over the proxy's processes) is read at the end.
+#
+# Placement: the proxy and the upstream share core PROXY_CPU (taskset), the load generators run
+# on core LOAD_CPU. Configurations: loadtest/peers/ (documented there and in BENCHMARKS.md).
+# Every process this script starts is stopped on exit (trap). Only 127.0.0.1 is targeted.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-10}          # seconds per wrk run
+CONNECTIONS=${CONNECTIONS:-64}
+UPLOADS=${UPLOADS:-8}
+UPLOAD_BYTES=${UPLOAD_BYTES:-200000000}
+PROXY_CPU=${PROXY_CPU:-0}
+LOAD_CPU=${LOAD_CPU:-1}
+BASE_PORT=${BASE_PORT:-18180}     # upstream, toron, nginx, haproxy: BASE_PORT .. BASE_PORT+3
+OUT=${OUT:-out/compare}
+
+case "$ROUNDS$DURATION$CONNECTIONS$UPLOADS$UPLOAD_BYTES" in
+*[!0-9]*) echo "compare: ROUNDS, DURATION, CONNECTIONS, UPLOADS and UPLOAD_BYTES must be integers" >&2; exit 2 ;;
+esac
+if [ "$ROUNDS" -lt 1 ] || [ "$ROUNDS" -gt 9 ] || [ "$DURATION" -lt 1 ] || [ "$DURATION" -gt 300 ]; then
+	echo "compare: ROUNDS must be 1..9 and DURATION 1..300 seconds" >&2
+	exit 2
+fi
+
+bash scripts/install-bench-deps.sh
+
+tmp=$(mktemp -d /tmp/toron-compare.XXXXXX)
+chmod 755 "$tmp"
+pids=()
+
+cleanup() {
+	local pid
+	for pid in "${pids[@]}"; do
+		kill -TERM "$pid" 2>/dev/null || true
+	done
+	for pid in "${pids[@]}"; do
+		for _ in $(seq 50); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_http() { # url name: wait up to 10 s for an HTTP answer
+	for _ in $(seq 100); do
+		if curl -s -o /dev/null --max-time 1 "$1"; then return 0; fi
+		sleep 0.1
+	done
+	echo "compare: $2 did not answer $1 within 10 s" >&2
+	return 1
+}
+
+children() { # pid: its direct children, from /proc (no procps needed)
+	local f st
+	for f in /proc/[0-9]*/stat; do
+		{ read -r -a st <"$f"; } 2>/dev/null || continue
+		[ "${st[3]}" = "$1" ] && echo "${st[0]}"
+	done
+	return 0
+}
+
+proc_tree() { echo "$1"; children "$1"; }
+
+cpu_ticks() { # pids...: summed utime+stime in clock ticks
+	local sum=0 pid f
+	for pid in "$@"; do
+		[ -r "/proc/$pid/stat" ] || continue
+		# The fields after the command name (which may contain spaces) start at field 3, the
+		# state: utime (field 14) and stime (field 15) are the 12th and 13th of them.
+		read -r -a f <<<"$(sed 's/^.*) //' "/proc/$pid/stat")"
+		sum=$((sum + f[11] + f[12]))
+	done
+	echo "$sum"
+}
+
+hwm_kib() { # pids...: summed VmHWM in KiB
+	local sum=0 pid v
+	for pid in "$@"; do
+		v=$(awk '/^VmHWM:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
+		sum=$((sum + ${v:-0}))
+	done
+	echo "$sum"
+}
+
+fill() { # template out: substitute @PORT@ @UPSTREAM@ @PREFIX@
+	sed -e "s|@PORT@|$PORT|g" -e "s|@UPSTREAM@|127.0.0.1:$UP_PORT|g" -e "s|@PREFIX@|$PREFIX|g" "$1" >"$2"
+}
+
+UP_PORT=$BASE_PORT
+TORON_PORT=$((BASE_PORT + 1))
+NGINX_PORT=$((BASE_PORT + 2))
+HAPROXY_PORT=$((BASE_PORT + 3))
+for p in $UP_PORT $TORON_PORT $NGINX_PORT $HAPROXY_PORT; do
+	port_free "$p" || { echo "compare: port $p is in use; set BASE_PORT" >&2; exit 1; }
+done
+
+echo "compare: building bin/toron and the loadtest binary"
+make -s build >/dev/null
+go build -o "$tmp/loadtest" ./loadtest
+LT=$tmp/loadtest
+CLK_TCK=$(getconf CLK_TCK)
+
+# The upstream: the load test's own fasthttp server (JSON /api, upload sink).
+taskset -c "$PROXY_CPU" "$LT" -scenario upstream -listen "127.0.0.1:$UP_PORT" -lifetime 2h >"$tmp/upstream.log" 2>&1 &
+pids+=($!)
+wait_http "http://127.0.0.1:$UP_PORT/api/items" upstream
+
+# Toron: built-in defaults, logs off.
+PORT=$TORON_PORT PREFIX=$tmp
+fill loadtest/peers/toron-config.yaml "$tmp/toron-config.yaml"
+fill loadtest/peers/toron-routes.yaml "$tmp/toron-routes.yaml"
+env -u TORON_CONFIG -u TORON_ROUTES taskset -c "$PROXY_CPU" bin/toron -config "$tmp/toron-config.yaml" -routes "$tmp/toron-routes.yaml" >"$tmp/toron.log" 2>&1 &
+TORON_PID=$!
+pids+=("$TORON_PID")
+wait_http "http://127.0.0.1:$TORON_PORT/health" toron
+
+# nginx: foreground, temporary prefix.
+PORT=$NGINX_PORT PREFIX=$tmp/nginx
+mkdir -p "$PREFIX"
+chmod 755 "$PREFIX"
+fill loadtest/peers/nginx.conf "$PREFIX/nginx.conf"
+taskset -c "$PROXY_CPU" nginx -p "$PREFIX" -c "$PREFIX/nginx.conf" -e "$PREFIX/error.log" >"$tmp/nginx.out" 2>&1 &
+NGINX_PID=$!
+pids+=("$NGINX_PID")
+wait_http "http://127.0.0.1:$NGINX_PORT/health" nginx
+
+# HAProxy: foreground (-db), its own file.
+PORT=$HAPROXY_PORT PREFIX=$tmp
+fill loadtest/peers/haproxy.cfg "$tmp/haproxy.cfg"
+taskset -c "$PROXY_CPU" haproxy -db -f "$tmp/haproxy.cfg" >"$tmp/haproxy.log" 2>&1 &
+HAPROXY_PID=$!
+pids+=("$HAPROXY_PID")
+wait_http "http://127.0.0.1:$HAPROXY_PORT/health" haproxy
+
+targets=(direct toron nginx haproxy)
+declare -A port=([direct]=$UP_PORT [toron]=$TORON_PORT [nginx]=$NGINX_PORT [haproxy]=$HAPROXY_PORT)
+declare -A root=([direct]="" [toron]=$TORON_PID [nginx]=$NGINX_PID [haproxy]=$HAPROXY_PID)
+
+# ms: convert a wrk latency ("812.00us", "1.23ms", "1.02s") to milliseconds.
+ms() { awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n += 0; else if (v ~ /s$/) n *= 1000; printf "%.3f", n }'; }
+
+mkdir -p "$OUT"
+raw=$OUT/rounds.tsv
+printf 'round\ttarget\treq_per_s\tp99_ms\trequests\tnon2xx_or_socket_errors\tcpu_us_per_req\tupload_mb_per_s\tupload_failed\tforeign_cpu_percent\n' >"$raw"
+
+run_wrk() { # target duration -> prints "rps p99ms requests errors"
+	local url="http://127.0.0.1:${port[$1]}/api/items" out rps p99 reqs errs
+	out=$(taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNECTIONS" -d"${2}s" --timeout 5s --latency "$url")
+	rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
+	p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
+	reqs=$(awk '/requests in/ {print $1}' <<<"$out")
+	errs=$(awk '/Non-2xx or 3xx responses:/ {n += $NF} /Socket errors:/ {gsub(",", ""); n += $4 + $6 + $8 + $10} END {print n + 0}' <<<"$out")
+	echo "${rps:-0} $(ms "${p99:-0}") ${reqs:-0} $errs"
+}
+
+busy_percent() { # share of all cores busy over one second, from /proc/stat
+	local a b
+	read -r -a a < <(head -1 /proc/stat)
+	sleep 1
+	read -r -a b < <(head -1 /proc/stat)
+	awk -v u=$((b[1] + b[2] + b[3] + b[6] + b[7] - a[1] - a[2] - a[3] - a[6] - a[7])) \
+		-v i=$((b[4] + b[5] - a[4] - a[5])) 'BEGIN { if (u + i > 0) printf "%.0f", 100 * u / (u + i); else print 0 }'
+}
+busy=$(busy_percent)
+echo "compare: machine busy before the run: ${busy}% of all cores (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+if [ "$busy" -gt 10 ]; then
+	echo "compare: WARNING: other processes use the CPU: the numbers will be noisy; run it on a quiet machine" >&2
+fi
+
+core_ticks() { # busy and total ticks of core $1 from /proc/stat
+	awk -v c="cpu$1" '$1 == c { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat
+}
+
+echo "compare: warming up"
+for t in "${targets[@]}"; do run_wrk "$t" 2 >/dev/null; done
+
+UP_PID=${pids[0]}
+for round in $(seq "$ROUNDS"); do
+	for t in "${targets[@]}"; do
+		tree=()
+		[ -n "${root[$t]}" ] && mapfile -t tree < <(proc_tree "${root[$t]}")
+		before=$(cpu_ticks "${tree[@]}")
+		ours_before=$(cpu_ticks "${tree[@]}" "$UP_PID")
+		read -r busy_before total_before < <(core_ticks "$PROXY_CPU")
+		read -r rps p99 reqs errs < <(run_wrk "$t" "$DURATION")
+		read -r busy_after total_after < <(core_ticks "$PROXY_CPU")
+		ours_after=$(cpu_ticks "${tree[@]}" "$UP_PID")
+		after=$(cpu_ticks "${tree[@]}")
+		cpu="-"
+		if [ -n "${root[$t]}" ] && [ "${reqs:-0}" -gt 0 ]; then
+			cpu=$(awk -v d=$((after - before)) -v hz="$CLK_TCK" -v n="$reqs" 'BEGIN { printf "%.1f", d * 1e6 / hz / n }')
+		fi
+		# Other processes on the proxy's core during the wrk run: its busy time that neither the
+		# proxy nor the upstream spent. Above a few percent the round was disturbed.
+		foreign=$(awk -v b=$((busy_after - busy_before)) -v o=$((ours_after - ours_before)) -v n=$((total_after - total_before)) \
+			'BEGIN { f = (n > 0) ? 100 * (b - o) / n : 0; if (f < 0) f = 0; printf "%.0f", f }')
+		up_out=$(taskset -c "$LOAD_CPU" "$LT" -scenario upload -target "http://127.0.0.1:${port[$t]}/legacy/upload" \
+			-uploads "$UPLOADS" -upload-bytes "$UPLOAD_BYTES" -label "$t" -out "$tmp/upload-$t" 2>&1 || true)
+		mbps=$(sed -n 's/^RESULT upload_mbps=\([0-9.]*\) failed=\([0-9]*\).*/\1/p' <<<"$up_out")
+		failed=$(sed -n 's/^RESULT upload_mbps=\([0-9.]*\) failed=\([0-9]*\).*/\2/p' <<<"$up_out")
+		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$t" "$rps" "$p99" "$reqs" "$errs" "$cpu" "${mbps:-0}" "${failed:-?}" "$foreign" >>"$raw"
+		printf 'compare: round %s %-8s %10s req/s  p99 %8s ms  errors %s  cpu %6s us/req  upload %8s MB/s (failed %s)  foreign cpu %s%%\n' \
+			"$round" "$t" "$rps" "$p99" "$errs" "$cpu" "${mbps:-0}" "${failed:-?}" "$foreign"
+	done
+done
+
+declare -A rss
+for t in toron nginx haproxy; do
+	mapfile -t tree < <(proc_tree "${root[$t]}")
+	rss[$t]=$(hwm_kib "${tree[@]}")
+done
+rss[direct]=$(hwm_kib "${pids[0]}")
+
+# Medians over the rounds, ratios against direct.
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "-"; exit } if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+col() { awk -F'\t' -v t="$1" -v c="$2" 'NR > 1 && $2 == t && $c != "-" { print $c }' "$raw" | median; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0 || a == "-") print "-"; else printf "%.2f", a / b }'; }
+
+d_rps=$(col direct 3)
+d_p99=$(col direct 4)
+d_up=$(col direct 8)
+table=$OUT/compare.md
+{
+	echo "| target | req/s | vs direct | p99 ms | vs direct | proxy CPU µs/req | upload MB/s | vs direct | peak RSS MiB | errors |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+	for t in "${targets[@]}"; do
+		rps=$(col "$t" 3)
+		p99=$(col "$t" 4)
+		cpu=$(col "$t" 7)
+		up=$(col "$t" 8)
+		errs=$(awk -F'\t' -v t="$t" 'NR > 1 && $2 == t { e += $6; f += $9 } END { printf "%d GET, %d uploads", e, f }' "$raw")
+		name=$t
+		[ "$t" = direct ] && name="direct (upstream)"
+		printf '| %s | %.0f | %s | %.2f | %s | %s | %.0f | %s | %.1f | %s |\n' "$name" "$rps" "$(ratio "$rps" "$d_rps")" \
+			"$p99" "$(ratio "$p99" "$d_p99")" "$cpu" "$up" "$(ratio "$up" "$d_up")" \
+			"$(awk -v k="${rss[$t]}" 'BEGIN { printf "%.1f", k / 1024 }')" "$errs"
+	done
+} >"$table"
+
+echo
+echo "## Peer comparison: medians of $ROUNDS interleaved rounds"
+echo
+echo "small GET: wrk -t1 -c$CONNECTIONS -d${DURATION}s on core $LOAD_CPU; proxy and upstream on core $PROXY_CPU;"
+echo "upload: $UPLOADS concurrent uploads of $UPLOAD_BYTES bytes (Content-Length); peak RSS over the whole run"
+echo "(the direct row's RSS and CPU are the upstream's own RSS, and no proxy CPU)."
+echo "machine busy before the run: ${busy}%; load average after: $(cut -d' ' -f1-3 /proc/loadavg);"
+echo "other processes on core $PROXY_CPU during the GET runs: at most $(awk -F'\t' 'NR > 1 && $10 + 0 > m { m = $10 + 0 } END { print m + 0 }' "$raw")% of it (see $raw)."
+echo
+cat "$table"
+echo
+echo "per-round values: $raw; table: $table"
