@@ -108,6 +108,7 @@ type upstreamConn struct {
 
 	requests      int
 	reading       bool
+	lastRead      time.Time
 	respBytes     int64
 	readDeadline  time.Time
 	writeDeadline time.Time
@@ -119,7 +120,7 @@ func (c *upstreamConn) Write(p []byte) (int, error) {
 		c.requests++
 		c.reading = false
 		c.respBytes = 0
-		if c.requests > 1 && c.closedByPeer() {
+		if c.requests > 1 && time.Since(c.lastRead) > staleCheckAfter && c.closedByPeer() {
 			return 0, errStaleConn
 		}
 	}
@@ -179,6 +180,12 @@ func (c *upstreamConn) abort() {
 
 // errClientLeft ends an upstream exchange whose client closed its connection meanwhile.
 var errClientLeft = errors.New("gateway: client closed the connection while the upstream was working")
+
+// staleCheckAfter: a connection that answered less than this long ago is reused without the
+// peek. Upstreams close idle keep-alive connections after seconds, not milliseconds, so under
+// load (the common case of reuse) the check would cost a system call per request for nothing;
+// a connection closed within that window still fails as a 502, never as a wrong answer.
+const staleCheckAfter = 50 * time.Millisecond
 
 // closedByPeer reports an idle pooled connection that must not carry a request: the upstream
 // sent a FIN or a reset, or bytes nobody asked for. It runs before every reused request, so
