@@ -212,24 +212,12 @@ func (b *bodyReader) WriteTo(w io.Writer) (int64, error) {
 		b.sentAt = time.Now()
 		return total, nil
 	}
-	buf := b.takeBuffer()
-	for {
-		n, err := b.Read(buf)
-		if n > 0 {
-			m, werr := w.Write(buf[:n])
-			total += int64(m)
-			if werr != nil {
-				return total, werr
-			}
-		}
-		if err == io.EOF {
-			b.sentAt = time.Now()
-			return total, nil
-		}
-		if err != nil {
-			return total, err
-		}
+	n, err := streaming.CopyBuffer(w, b, b.takeBuffer())
+	total += n
+	if err == nil {
+		b.sentAt = time.Now()
 	}
+	return total, err
 }
 
 // SupportsBodyWriteTo tells fasthttp that WriteTo may replace Read (fasthttp.BodyWriterTo).
@@ -323,24 +311,7 @@ func (s *respStream) Read(p []byte) (int, error) {
 func (s *respStream) WriteTo(w io.Writer) (int64, error) {
 	bp := streaming.GetBuffer()
 	defer streaming.PutBuffer(bp)
-	buf := *bp
-	var total int64
-	for {
-		n, err := s.Read(buf)
-		if n > 0 {
-			m, werr := w.Write(buf[:n])
-			total += int64(m)
-			if werr != nil {
-				return total, werr
-			}
-		}
-		if err == io.EOF {
-			return total, nil
-		}
-		if err != nil {
-			return total, err
-		}
-	}
+	return streaming.CopyBuffer(w, s, *bp)
 }
 
 // SupportsBodyWriteTo tells fasthttp that WriteTo may replace Read (fasthttp.BodyWriterTo).

@@ -38,29 +38,9 @@ fi
 
 bash scripts/install-bench-deps.sh
 
-tmp=$(mktemp -d /tmp/toron-compare.XXXXXX)
-chmod 755 "$tmp"
-pids=()
-
-cleanup() {
-	local pid
-	for pid in "${pids[@]}"; do
-		kill -TERM "$pid" 2>/dev/null || true
-	done
-	for pid in "${pids[@]}"; do
-		for _ in $(seq 50); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -KILL "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+tmp_prefix=toron-compare
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 
 wait_http() { # url name: wait up to 10 s for an HTTP answer
 	for _ in $(seq 100); do

@@ -36,29 +36,9 @@ bash scripts/install-bench-deps.sh
 # slowhttptest needs a descriptor per connection.
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
-tmp=$(mktemp -d /tmp/toron-slowloris.XXXXXX)
-chmod 755 "$tmp"
-pids=()
-
-cleanup() {
-	local pid
-	for pid in "${pids[@]}"; do
-		kill -TERM "$pid" 2>/dev/null || true
-	done
-	for pid in "${pids[@]}"; do
-		for _ in $(seq 50); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -KILL "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+tmp_prefix=toron-slowloris
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 
 wait_http() { # url name
 	for _ in $(seq 100); do
