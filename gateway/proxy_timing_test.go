@@ -110,3 +110,30 @@ func BenchmarkProxySmallGETNewConn(b *testing.B) {
 	gw := startGatewayB(b, "", upstreamRoute("/api", up, ""), false)
 	benchmarkRaw(b, gw.addr, "GET /api/users HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 200)
 }
+
+// BenchmarkBulkheadRejectKeepAlive is the bulkhead 503 on a keep-alive connection: the
+// rejection's own cost, to set beside BenchmarkProxySmallGET.
+func BenchmarkBulkheadRejectKeepAlive(b *testing.B) {
+	up := startFastUpstream(b)
+	gw := startGatewayB(b, "", upstreamRoute("/api", up, "max_concurrency: 1"), false)
+	bh := gw.g.stats.get("/api").bulkhead
+	bh.TryAcquire() // hold the only slot
+	defer bh.Release()
+	hc := &fasthttp.HostClient{Addr: gw.addr, MaxConns: 1}
+	defer hc.CloseIdleConnections()
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://" + gw.addr + "/api/users")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := hc.Do(req, resp); err != nil {
+			b.Fatal(err)
+		}
+		if resp.StatusCode() != 503 {
+			b.Fatalf("status %d", resp.StatusCode())
+		}
+	}
+}
