@@ -91,10 +91,15 @@ func upstreamRejection(err error, sent bool) *rejection {
 	var dialErr *dialError
 	switch {
 	case errors.As(err, &dialErr):
-		if isTimeout(dialErr.err) {
+		switch {
+		case isTimeout(dialErr.err):
 			return rejUpstreamDialTimeout
+		case errors.Is(dialErr.err, syscall.ECONNREFUSED):
+			return rejUpstreamRefused
 		}
-		return rejUpstreamRefused
+		// A connect can also end in a reset: the upstream accepted and reset the connection
+		// before the dialer saw it complete (seen under load).
+		return rejUpstreamReset
 	case errors.Is(err, fasthttp.ErrConnectionClosed), errors.Is(err, syscall.ECONNRESET),
 		errors.Is(err, syscall.EPIPE), errors.Is(err, errStaleConn), errors.Is(err, net.ErrClosed):
 		return rejUpstreamReset
