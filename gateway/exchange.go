@@ -44,6 +44,7 @@ type exchange struct {
 	rej           *rejection
 	bodyAnnounced bool
 	chunked       bool
+	asterisk      bool // OPTIONS *
 
 	holdsRoute  bool
 	holdsBudget bool
@@ -82,6 +83,7 @@ func (x *exchange) begin(g *Gateway, ctx *fasthttp.RequestCtx) {
 	x.rej = nil
 	x.bodyAnnounced = false
 	x.chunked = false
+	x.asterisk = false
 	x.status = 0
 	x.reason = reasonNone
 	x.bytesIn = 0

@@ -75,6 +75,9 @@ func (g *Gateway) decide(h *fasthttp.RequestHeader, x *exchange) {
 		x.reject(rejBadRequest)
 		return
 	}
+	// OPTIONS * (asterisk-form) asks about the server, not a path: it is routed as "/" and
+	// forwarded as "*" (RFC 9112 3.2.4).
+	x.asterisk = string(h.RequestURI()) == "*"
 	x.path = appendPath(x.path[:0], h.RequestURI())
 	x.method = append(x.method[:0], h.Method()...)
 	x.setRequestID(h)

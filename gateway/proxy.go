@@ -137,6 +137,9 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 	out.SetMethodBytes(in.Method())
 
 	uri := append(x.scratch[:0], x.path...)
+	if x.asterisk {
+		uri = append(uri[:0], '*')
+	}
 	if q := ctx.URI().QueryString(); len(q) > 0 {
 		uri = append(uri, '?')
 		uri = append(uri, q...)

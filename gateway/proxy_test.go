@@ -292,3 +292,14 @@ func TestHeadAndNoContent(t *testing.T) {
 		t.Fatalf("GET after HEAD: %d, %d body bytes", resp.StatusCode, len(resp.body))
 	}
 }
+
+func TestOptionsAsteriskForwarded(t *testing.T) {
+	up := startUpstream(t, nil)
+	gw := startGateway(t, "", upstreamRoute("/", up.addr, ""))
+	resp := rawRequest(t, gw.addr, "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n")
+	// net/http answers "OPTIONS *" itself (200, no body) without calling the handler; had it
+	// received "/*", the echo handler would have answered with X-Echo-URI.
+	if resp.StatusCode != 200 || resp.Header.Get("X-Echo-URI") != "" || len(resp.body) != 0 {
+		t.Fatalf("OPTIONS *: %d, echo %q: the upstream did not get the asterisk-form", resp.StatusCode, resp.Header.Get("X-Echo-URI"))
+	}
+}
