@@ -5,10 +5,13 @@
 //
 //	go run ./loadtest -toron bin/toron -scenario small-get
 //	go run ./loadtest -scenario isolation -duration 5s
+//	go run ./loadtest -scenario isolation -peer nginx   # the same measurement against nginx
 //
 // Scenarios: small-get, upload, isolation, slow-client; and two helpers the scripts use:
 // upstream (serve the upstream alone, for scripts/compare.sh) and probe (probe a running server
-// every -interval, for scripts/slowloris.sh). Every request goes to 127.0.0.1.
+// every -interval, for scripts/slowloris.sh). Every request goes to 127.0.0.1. With -peer nginx
+// the isolation scenario starts nginx (loadtest/peers/nginx.conf, from a temporary prefix) in
+// front of the same upstream instead of the gateway.
 //
 // Exit status: 0 done, 1 a failure to set up or run, 2 bad flags, 3 the scenario ran but missed
 // its target (the FAIL lines say which).
@@ -28,6 +31,8 @@ import (
 // options are the command's flags.
 type options struct {
 	toron    string
+	peer     string
+	nginx    string
 	scenario string
 	out      string
 	duration time.Duration
@@ -64,6 +69,8 @@ func main() {
 	var o options
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.StringVar(&o.toron, "toron", "bin/toron", "gateway binary to start")
+	fs.StringVar(&o.peer, "peer", "toron", "isolation: the server to measure, toron or nginx (loadtest/peers/nginx.conf, for reference)")
+	fs.StringVar(&o.nginx, "nginx", "nginx", "nginx binary for -peer nginx")
 	fs.StringVar(&o.scenario, "scenario", "", "small-get, upload, isolation, slow-client; helpers: upstream, probe")
 	fs.StringVar(&o.out, "out", "out/loadtest", "folder for the plots, tables and the gateway's log")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of each measured phase")
@@ -111,6 +118,15 @@ var scenarios = []string{"small-get", "upload", "isolation", "slow-client", "ups
 func (o *options) validate() error {
 	if !slices.Contains(scenarios, o.scenario) {
 		return fmt.Errorf("loadtest: -scenario must be one of %s, got %q", strings.Join(scenarios, ", "), o.scenario)
+	}
+	switch {
+	case o.peer != "toron" && o.peer != "nginx":
+		return fmt.Errorf("loadtest: -peer must be toron or nginx, got %q", o.peer)
+	case o.peer == "nginx" && o.scenario != "isolation":
+		return fmt.Errorf("loadtest: -peer nginx is for the isolation scenario (scripts/compare.sh and scripts/slowloris.sh measure nginx otherwise)")
+	}
+	if o.bulkhead < 1 || o.bulkhead > 1000 {
+		return fmt.Errorf("loadtest: -bulkhead must be between 1 and 1000, got %d", o.bulkhead)
 	}
 	if o.duration <= 0 || o.duration > time.Hour {
 		return fmt.Errorf("loadtest: -duration must be between 0 and 1h, got %s", o.duration)

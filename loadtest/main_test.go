@@ -22,8 +22,8 @@ func TestMain(m *testing.M) {
 }
 
 func TestValidateKeepsTrafficOnLoopback(t *testing.T) {
-	base := options{scenario: "probe", duration: time.Second, rounds: 3, uploads: 8, connections: 1,
-		apiRate: 1, healthRate: 1, interval: time.Millisecond, probeTimeout: time.Second}
+	base := options{scenario: "probe", peer: "toron", bulkhead: 8, duration: time.Second, rounds: 3, uploads: 8,
+		connections: 1, apiRate: 1, healthRate: 1, interval: time.Millisecond, probeTimeout: time.Second}
 	for target, ok := range map[string]bool{
 		"":                           true,
 		"http://127.0.0.1:8080":      true,
@@ -44,5 +44,31 @@ func TestValidateKeepsTrafficOnLoopback(t *testing.T) {
 	o.scenario = "nope"
 	if err := o.validate(); err == nil {
 		t.Error("an unknown scenario passed validation")
+	}
+}
+
+func TestValidatePeer(t *testing.T) {
+	base := options{scenario: "isolation", peer: "toron", bulkhead: 8, duration: time.Second, rounds: 3, uploads: 8,
+		connections: 1, apiRate: 1, healthRate: 1, interval: time.Millisecond, probeTimeout: time.Second}
+	for _, c := range []struct {
+		scenario, peer string
+		ok             bool
+	}{
+		{"isolation", "toron", true},
+		{"isolation", "nginx", true},
+		{"isolation", "haproxy", false},
+		{"small-get", "nginx", false},
+		{"slow-client", "nginx", false},
+	} {
+		o := base
+		o.scenario, o.peer = c.scenario, c.peer
+		if err := o.validate(); (err == nil) != c.ok {
+			t.Errorf("-scenario %s -peer %s: validate() = %v, want ok=%v", c.scenario, c.peer, err, c.ok)
+		}
+	}
+	o := base
+	o.bulkhead = 0
+	if err := o.validate(); err == nil {
+		t.Error("-bulkhead 0 passed validation")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -192,20 +193,71 @@ func uploadScenario(o options) error {
 	return firstErr(runErr, missed)
 }
 
+// isolationServer is what the isolation scenario measures: the gateway, or nginx for reference.
+type isolationServer interface {
+	URL() string
+	PID() int
+	PeakRSSBytes() int64
+	Stop() error
+}
+
+// startIsolationServer starts the upstream and the server -peer names in front of it, with the
+// generated files and logs in out/isolation-<peer>. released reports whether the
+// /legacy/reports slots are all free again, and says how it knows.
+func startIsolationServer(o options) (up *Upstream, srv isolationServer, released func() bool, releasedText string, err error) {
+	dir := filepath.Join(o.out, o.scenario+"-"+o.peer)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, nil, "", fmt.Errorf("loadtest: cannot create %s: %w", dir, err)
+	}
+	up, err = StartUpstream("127.0.0.1:0")
+	if err != nil {
+		return nil, nil, nil, "", err
+	}
+	var pid int
+	switch o.peer {
+	case "nginx":
+		var n *Nginx
+		n, err = StartNginx(o.nginx, dir, up.Addr(), o.bulkhead)
+		if err == nil {
+			srv, pid = n, n.PID()
+			// nginx exposes no counter: all slots are free when as many slow calls at once all
+			// get 200.
+			released = func() bool { return slotsFree(n.URL(), o.bulkhead) }
+			releasedText = fmt.Sprintf("all %d limit_conn slots free again (%d concurrent calls answered 200)", o.bulkhead, o.bulkhead)
+		}
+	default:
+		var t *Toron
+		t, err = StartToron(o.toron, dir, RouteOptions{Upstream: up.Addr(), ReportsMaxConcurrency: o.bulkhead})
+		if err == nil {
+			srv, pid = t, t.PID()
+			released = func() bool { return inflightZero(t, "reports") }
+			releasedText = `toron_route_inflight{route="reports"} returned to 0`
+		}
+	}
+	if err != nil {
+		up.Close()
+		return nil, nil, nil, "", err
+	}
+	fmt.Printf("loadtest %s: upstream %s, %s %s (pid %d, files in %s)\n", o.scenario, up.URL(), o.peer, srv.URL(), pid, dir)
+	return up, srv, released, releasedText, nil
+}
+
 // isolation saturates /legacy/reports (every bulkhead slot held by a slow upstream call, plus a
-// flood answered 503) while /api and /health are measured, alternating with idle phases.
+// flood answered 503) while /api and /health are measured, alternating with idle phases. With
+// -peer nginx the same runs against nginx, whose bulkhead is limit_conn.
 func isolation(o options) error {
 	if o.target != "" {
-		return fmt.Errorf("loadtest: isolation starts its own gateway and upstream; -target is not supported")
+		return fmt.Errorf("loadtest: isolation starts its own server and upstream (it must see the slow calls arrive at the upstream); -target is not supported, use -peer nginx for nginx")
 	}
-	e, err := setup(o, o.bulkhead)
+	up, srv, released, releasedText, err := startIsolationServer(o)
 	if err != nil {
 		return err
 	}
+	base := srv.URL()
 	measured := func(tag string) []Load {
 		return []Load{
-			{Name: "/api " + tag, URL: e.gw.URL() + "/api/items", Rate: o.apiRate, Workers: 8, Timeout: 5 * time.Second},
-			{Name: "/health " + tag, URL: e.gw.URL() + "/health", Rate: o.healthRate, Workers: 2, Timeout: 5 * time.Second},
+			{Name: "/api " + tag, URL: base + "/api/items", Rate: o.apiRate, Workers: 8, Timeout: 5 * time.Second},
+			{Name: "/health " + tag, URL: base + "/health", Rate: o.healthRate, Workers: 2, Timeout: 5 * time.Second},
 		}
 	}
 	var (
@@ -213,38 +265,65 @@ func isolation(o options) error {
 		idleP99, satP99, healthIdleP99, healthSatP99           []float64
 		notes                                                  []string
 		checks                                                 []check
+		otherRounds                                            []string
+		otherMax, stealMax                                     float64
+		leaked                                                 int64
 	)
-	warmup(o, e.gw.URL()+"/api/items")
+	warmup(o, base+"/api/items")
 	holdFor := o.duration + 3*time.Second
+	// The processes of the measurement, whose CPU time is not "other processes".
+	ours := append([]int{srv.PID()}, childPIDs(srv.PID())...)
 	for round := 1; round <= o.rounds; round++ {
+		c0 := sampleCPU(ours...)
 		idle := RunLoads(o.duration, measured("idle")...)
+		c1 := sampleCPU(ours...)
 		apiIdle, healthIdle = append(apiIdle, idle[0]), append(healthIdle, idle[1])
 
-		wait := holdReports(e.gw.URL(), o.bulkhead, holdFor)
-		held := waitFor(5*time.Second, func() bool { return e.up.ReportsWaiting.Load() >= int64(o.bulkhead) })
+		wait := holdReports(base, o.bulkhead, holdFor)
+		held := waitFor(5*time.Second, func() bool { return up.ReportsWaiting.Load() >= int64(o.bulkhead) })
+		code, retryAfter := rejectOnce(base + "/legacy/reports?delay=1ms")
 		loads := append(measured("saturated"),
-			Load{Name: "flood", URL: e.gw.URL() + "/legacy/reports?delay=1ms", Rate: o.floodRate, Workers: 16, Timeout: 5 * time.Second})
+			Load{Name: "flood", URL: base + "/legacy/reports?delay=1ms", Rate: o.floodRate, Workers: 16, Timeout: 5 * time.Second})
+		c2 := sampleCPU(ours...)
+		reportsBefore := up.Reports.Load()
 		sat := RunLoads(o.duration, loads...)
+		// Every slot was held: no flood request may have reached the upstream.
+		leaked += up.Reports.Load() - reportsBefore
+		c3 := sampleCPU(ours...)
+		otherIdle, stealIdle := otherCPU(c0, c1)
+		otherSat, stealSat := otherCPU(c2, c3)
+		otherMax, stealMax = max(otherMax, otherIdle, otherSat), max(stealMax, stealIdle, stealSat)
+		otherRounds = append(otherRounds, fmt.Sprintf("%.0f/%.0f", otherIdle, otherSat))
 		apiSat, healthSat, flood = append(apiSat, sat[0]), append(healthSat, sat[1]), append(flood, sat[2])
 		hs := wait()
 		holders = append(holders, hs)
-		released := waitFor(3*time.Second, func() bool { return inflightZero(e.gw, "reports") })
+		free := waitFor(3*time.Second, released)
 
 		ri, rs := Summarize("", idle[0]), Summarize("", sat[0])
 		hi, hsat := Summarize("", idle[1]), Summarize("", sat[1])
 		idleP99, satP99 = append(idleP99, float64(ri.P99)), append(satP99, float64(rs.P99))
 		healthIdleP99, healthSatP99 = append(healthIdleP99, float64(hi.P99)), append(healthSatP99, float64(hsat.P99))
 		fs := Summarize("", sat[2])
-		notes = append(notes, fmt.Sprintf("round %d: /api p99 idle %s, saturated %s (%.2fx); /health p99 idle %s, saturated %s; flood %s; %d slots held at the upstream: %v; bulkhead back to 0: %v",
+		notes = append(notes, fmt.Sprintf("round %d: /api p99 idle %s, saturated %s (%.2fx); /health p99 idle %s, saturated %s; flood %s; %d slots held at the upstream: %v; slots free again: %v; other processes took %.0f%% / %.0f%% of the machine (idle / saturated phase), steal %.0f%% / %.0f%%",
 			round, fmtDuration(ri.P99), fmtDuration(rs.P99), float64(rs.P99)/float64(ri.P99),
-			fmtDuration(hi.P99), fmtDuration(hsat.P99), fs.ErrorsText(), o.bulkhead, held, released))
+			fmtDuration(hi.P99), fmtDuration(hsat.P99), fs.ErrorsText(), o.bulkhead, held, free,
+			otherIdle, otherSat, stealIdle, stealSat))
 		checks = append(checks,
-			check{fmt.Sprintf("round %d: all %d bulkhead slots were held by slow calls", round, o.bulkhead), held},
-			check{fmt.Sprintf("round %d: toron_route_inflight{route=\"reports\"} returned to 0", round), released})
+			check{fmt.Sprintf("round %d: all %d slots of /legacy/reports were held by slow calls", round, o.bulkhead), held},
+			check{fmt.Sprintf("round %d: one more call got 503 with Retry-After: 5 (got %d, Retry-After %q)", round, code, retryAfter),
+				code == http.StatusServiceUnavailable && retryAfter == "5"},
+			check{fmt.Sprintf("round %d: %s", round, releasedText), free})
 	}
-	rss := e.gw.PeakRSSBytes()
-	rejects := e.gw.Metrics("toron_rejected_total")
-	runErr := e.close()
+	rss := srv.PeakRSSBytes()
+	var serverNote string
+	switch s := srv.(type) {
+	case *Toron:
+		serverNote = fmt.Sprintf("toron peak RSS %s; rejects: %s", mib(rss), strings.Join(nonZero(s.Metrics("toron_rejected_total")), ", "))
+	case *Nginx:
+		serverNote = fmt.Sprintf("%s peak RSS %s (master + worker); nginx has no worker pool: its one worker's event loop serves /api, /health and the flood alike, and limit_conn on /legacy/reports is its only fence", s.Version, mib(rss))
+	}
+	runErr := srv.Stop()
+	up.Close()
 
 	names := []string{"/api idle", "/api saturated", "/health idle", "/health saturated", "flood /legacy/reports", "holders /legacy/reports"}
 	var series []Series
@@ -255,27 +334,90 @@ func isolation(o options) error {
 	}
 	ratio := median(satP99) / median(idleP99)
 	healthRatio := median(healthSatP99) / median(healthIdleP99)
+	floodRow := rows[4]
 	notes = append(notes,
 		fmt.Sprintf("median of %d rounds: /api p99 idle %s, saturated %s, ratio %.2fx (target <= %.2fx); /health p99 idle %s, saturated %s, ratio %.2fx",
 			o.rounds, fmtDuration(time.Duration(median(idleP99))), fmtDuration(time.Duration(median(satP99))), ratio, o.maxRatio,
 			fmtDuration(time.Duration(median(healthIdleP99))), fmtDuration(time.Duration(median(healthSatP99))), healthRatio),
-		fmt.Sprintf("toron peak RSS %s; rejects: %s", mib(rss), strings.Join(nonZero(rejects), ", ")))
-	floodRow := rows[4]
+		serverNote,
+		fmt.Sprintf("other processes on the machine during a phase: at most %.0f%% of its CPU time, steal at most %.0f%%%s",
+			otherMax, stealMax, disturbedText(otherMax)),
+		// One parseable line for scripts/isolation-nginx.sh.
+		fmt.Sprintf("RESULT isolation peer=%s api_p99_idle_ms=%s api_p99_saturated_ms=%s ratio=%.2f rounds_idle_ms=%s rounds_saturated_ms=%s health_p99_idle_ms=%.3f health_p99_saturated_ms=%.3f api_requests=%d api_errors=%d health_requests=%d health_errors=%d flood_requests=%d flood_503=%d holders=%d holders_ok=%d peak_rss_mib=%.1f flood_at_upstream=%d other_cpu_pct=%s other_cpu_max_pct=%.0f steal_max_pct=%.0f",
+			o.peer, msText(median(idleP99)), msText(median(satP99)), ratio, msList(idleP99), msList(satP99),
+			median(healthIdleP99)/1e6, median(healthSatP99)/1e6,
+			rows[0].Requests+rows[1].Requests, rows[0].Requests+rows[1].Requests-rows[0].OK-rows[1].OK,
+			rows[2].Requests+rows[3].Requests, rows[2].Requests+rows[3].Requests-rows[2].OK-rows[3].OK,
+			floodRow.Requests, floodRow.Errors["503"], rows[5].Requests, rows[5].OK, float64(rss)/(1<<20), leaked,
+			strings.Join(otherRounds, ","), otherMax, stealMax))
 	checks = append(checks,
 		check{fmt.Sprintf("/api p99 saturated / idle = %.2fx <= %.2fx", ratio, o.maxRatio), ratio <= o.maxRatio},
 		check{fmt.Sprintf("/api: no errors (%s idle, %s saturated)", rows[0].ErrorsText(), rows[1].ErrorsText()), len(rows[0].Errors)+len(rows[1].Errors) == 0},
 		check{fmt.Sprintf("/health: no errors (%s idle, %s saturated)", rows[2].ErrorsText(), rows[3].ErrorsText()), len(rows[2].Errors)+len(rows[3].Errors) == 0},
 		check{fmt.Sprintf("flood: every request answered 503 (%s)", floodRow.ErrorsText()), floodRow.Requests > 0 && floodRow.Errors["503"] == floodRow.Requests},
+		check{fmt.Sprintf("flood: no request reached the upstream (%d did)", leaked), leaked == 0},
 		check{fmt.Sprintf("holders: every slow call answered 200 (%s)", rows[5].ErrorsText()), len(rows[5].Errors) == 0},
 	)
 	lines, missed := verdict(checks)
 	notes = append(notes, lines...)
-	title := fmt.Sprintf("isolation: /legacy/reports bulkhead of %d held + flood %d req/s; /api %d req/s, /health %d req/s; %d rounds of %s idle + %s saturated",
-		o.bulkhead, o.floodRate, o.apiRate, o.healthRate, o.rounds, o.duration, o.duration)
-	if err := report(o, "isolation", title, series, rows, notes, false); err != nil {
+	name, title := "isolation", fmt.Sprintf("isolation: /legacy/reports bulkhead of %d held", o.bulkhead)
+	if n, ok := srv.(*Nginx); ok {
+		name, title = "isolation-nginx", fmt.Sprintf("isolation, %s: /legacy/reports limit_conn of %d held", n.Version, o.bulkhead)
+	}
+	title += fmt.Sprintf(" + flood %d req/s; /api %d req/s, /health %d req/s; %d rounds of %s idle + %s saturated",
+		o.floodRate, o.apiRate, o.healthRate, o.rounds, o.duration, o.duration)
+	if err := report(o, name, title, series, rows, notes, false); err != nil {
 		return err
 	}
 	return firstErr(runErr, missed)
+}
+
+// disturbedCPU is the share of the machine taken by other processes above which a phase's
+// latencies say more about them than about the server.
+const disturbedCPU = 10
+
+func disturbedText(otherMax float64) string {
+	if otherMax > disturbedCPU {
+		return fmt.Sprintf(" (WARNING: above %d%%, the rounds were disturbed: the p99 values measure the other processes too; rerun on a quiet machine)", disturbedCPU)
+	}
+	return ""
+}
+
+// rejectOnce makes one request on a new connection and returns its status and Retry-After
+// header (0 and "" when it failed).
+func rejectOnce(url string) (int, string) {
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, ""
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("Retry-After")
+}
+
+// slotsFree reports whether n report calls of 100 ms at once, each on its own connection, all
+// get 200: then none of n slots is still held.
+func slotsFree(base string, n int) bool {
+	wait := holdReports(base, n, 100*time.Millisecond)
+	for _, r := range wait() {
+		if r.Code != http.StatusOK || r.Error != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// msText prints nanoseconds as milliseconds with three decimals.
+func msText(ns float64) string { return strconv.FormatFloat(ns/1e6, 'f', 3, 64) }
+
+// msList prints nanosecond values as comma-separated milliseconds.
+func msList(ns []float64) string {
+	parts := make([]string, len(ns))
+	for i, v := range ns {
+		parts[i] = msText(v)
+	}
+	return strings.Join(parts, ",")
 }
 
 // holdReports starts n slow report calls, each on its own connection; wait returns their results.

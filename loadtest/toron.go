@@ -5,23 +5,27 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"text/template"
 	"time"
 )
 
 const (
-	// healthWait bounds how long a started gateway may take to answer /health.
+	// healthWait bounds how long a started gateway (or nginx) may take to answer /health.
 	healthWait = 15 * time.Second
-	// stopWait bounds the graceful stop after SIGTERM (the generated config drains for 0 s and
-	// gives in-flight requests 5 s); after it the process is killed.
+	// stopWait bounds the graceful stop after the stop signal (the generated config drains for
+	// 0 s and gives in-flight requests 5 s); after it the process is killed.
 	stopWait = 15 * time.Second
 )
 
@@ -73,13 +77,7 @@ routes:
 `))
 
 // Toron is a started gateway process.
-type Toron struct {
-	cmd     *exec.Cmd
-	port    int
-	logPath string
-	exited  chan struct{}
-	waitErr error
-}
+type Toron struct{ *process }
 
 // StartToron writes the config and routes files into dir, starts binary with them and waits
 // until /health answers 200.
@@ -99,13 +97,7 @@ func StartToron(binary, dir string, ro RouteOptions) (*Toron, error) {
 	if err := writeTemplate(routesPath, routesTemplate, ro); err != nil {
 		return nil, err
 	}
-	logPath := filepath.Join(dir, "toron.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, fmt.Errorf("loadtest: cannot create the gateway log: %w", err)
-	}
 	cmd := exec.Command(binary, "-config", cfgPath, "-routes", routesPath)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Only configuration from the generated files: TORON_* variables of the caller would change
 	// what is measured.
 	for _, kv := range os.Environ() {
@@ -113,54 +105,12 @@ func StartToron(binary, dir string, ro RouteOptions) (*Toron, error) {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("loadtest: cannot start %s: %w", binary, err)
-	}
-	t := &Toron{cmd: cmd, port: port, logPath: logPath, exited: make(chan struct{})}
-	go func() {
-		t.waitErr = cmd.Wait()
-		logFile.Close()
-		close(t.exited)
-	}()
-	if err := t.waitHealthy(); err != nil {
-		t.Stop()
+	p, err := startProcess("the gateway", cmd, port, filepath.Join(dir, "toron.log"), syscall.SIGTERM)
+	if err != nil {
 		return nil, err
 	}
-	return t, nil
+	return &Toron{p}, nil
 }
-
-// URL is the gateway's base URL.
-func (t *Toron) URL() string { return "http://127.0.0.1:" + strconv.Itoa(t.port) }
-
-// PID is the gateway's process id.
-func (t *Toron) PID() int { return t.cmd.Process.Pid }
-
-func (t *Toron) waitHealthy() error {
-	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(healthWait)
-	for time.Now().Before(deadline) {
-		select {
-		case <-t.exited:
-			return fmt.Errorf("loadtest: the gateway exited at start (%v); its log %s ends with:\n%s",
-				t.waitErr, t.logPath, tail(t.logPath, 10))
-		default:
-		}
-		resp, err := client.Get(t.URL() + "/health")
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("loadtest: the gateway did not answer /health within %s; see %s", healthWait, t.logPath)
-}
-
-// PeakRSSBytes is the gateway's VmHWM, 0 when unknown.
-func (t *Toron) PeakRSSBytes() int64 { return procStatusBytes(t.PID(), "VmHWM:") }
 
 // Metrics returns the lines of /metrics that start with prefix.
 func (t *Toron) Metrics(prefix string) []string {
@@ -180,30 +130,149 @@ func (t *Toron) Metrics(prefix string) []string {
 	return out
 }
 
-// Stop sends SIGTERM and waits for the exit; after stopWait it kills the process. It returns
-// how the process ended: nil for exit status 0.
-func (t *Toron) Stop() error {
-	select {
-	case <-t.exited:
-		return t.exitError()
-	default:
-	}
-	_ = t.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-t.exited:
-	case <-time.After(stopWait):
-		_ = t.cmd.Process.Kill()
-		<-t.exited
-		return fmt.Errorf("loadtest: the gateway did not stop within %s of SIGTERM and was killed", stopWait)
-	}
-	return t.exitError()
+// process is a started server: the gateway, or nginx for reference (nginx.go). It is stopped
+// when the load test is interrupted (SIGINT, SIGTERM) and, as a last resort, when the load
+// test dies (the child's parent-death signal).
+type process struct {
+	name    string
+	cmd     *exec.Cmd
+	port    int
+	logPath string
+	stopSig syscall.Signal
+	exited  chan struct{}
+	waitErr error
+	// afterExit, when set, runs once after the process has exited and Stop saw it.
+	afterExit func()
+	afterOnce sync.Once
 }
 
-func (t *Toron) exitError() error {
-	if t.waitErr != nil {
-		return fmt.Errorf("loadtest: the gateway exited with %v; see %s", t.waitErr, t.logPath)
+// startProcess starts cmd with its output in logPath, then waits until
+// http://127.0.0.1:port/health answers 200; stopSig is its graceful stop signal.
+func startProcess(name string, cmd *exec.Cmd, port int, logPath string, stopSig syscall.Signal) (*process, error) {
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("loadtest: cannot create the log of %s: %w", name, err)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("loadtest: cannot start %s: %w", cmd.Path, err)
+	}
+	p := &process{name: name, cmd: cmd, port: port, logPath: logPath, stopSig: stopSig, exited: make(chan struct{})}
+	go func() {
+		p.waitErr = cmd.Wait()
+		logFile.Close()
+		close(p.exited)
+	}()
+	track(p)
+	if err := p.waitHealthy(); err != nil {
+		p.Stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// URL is the server's base URL.
+func (p *process) URL() string { return "http://127.0.0.1:" + strconv.Itoa(p.port) }
+
+// PID is the server's process id.
+func (p *process) PID() int { return p.cmd.Process.Pid }
+
+func (p *process) waitHealthy() error {
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(healthWait)
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.exited:
+			return fmt.Errorf("loadtest: %s exited at start (%v); its log %s ends with:\n%s",
+				p.name, p.waitErr, p.logPath, tail(p.logPath, 10))
+		default:
+		}
+		resp, err := client.Get(p.URL() + "/health")
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("loadtest: %s did not answer /health within %s; see %s", p.name, healthWait, p.logPath)
+}
+
+// PeakRSSBytes is the process's VmHWM, 0 when unknown.
+func (p *process) PeakRSSBytes() int64 { return procStatusBytes(p.PID(), "VmHWM:") }
+
+// Stop sends the stop signal and waits for the exit; after stopWait it kills the process. It
+// returns how the process ended: nil for exit status 0.
+func (p *process) Stop() error {
+	defer untrack(p)
+	defer p.afterOnce.Do(func() {
+		if p.afterExit != nil {
+			p.afterExit()
+		}
+	})
+	select {
+	case <-p.exited:
+		return p.exitError()
+	default:
+	}
+	_ = p.cmd.Process.Signal(p.stopSig)
+	select {
+	case <-p.exited:
+	case <-time.After(stopWait):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		return fmt.Errorf("loadtest: %s did not stop within %s of %s and was killed", p.name, stopWait, p.stopSig)
+	}
+	return p.exitError()
+}
+
+func (p *process) exitError() error {
+	if p.waitErr != nil {
+		return fmt.Errorf("loadtest: %s exited with %v; see %s", p.name, p.waitErr, p.logPath)
 	}
 	return nil
+}
+
+// running are the started processes not stopped yet; the first one installs the handler that
+// stops them all when the load test is interrupted.
+var running struct {
+	sync.Mutex
+	procs map[*process]bool
+	once  sync.Once
+}
+
+func track(p *process) {
+	running.once.Do(func() {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+		go func() {
+			s := <-sig
+			fmt.Fprintf(os.Stderr, "loadtest: %s: stopping the started processes\n", s)
+			running.Lock()
+			procs := slices.Collect(maps.Keys(running.procs))
+			running.Unlock()
+			for _, p := range procs {
+				_ = p.Stop()
+			}
+			os.Exit(130)
+		}()
+	})
+	running.Lock()
+	defer running.Unlock()
+	if running.procs == nil {
+		running.procs = map[*process]bool{}
+	}
+	running.procs[p] = true
+}
+
+func untrack(p *process) {
+	running.Lock()
+	defer running.Unlock()
+	delete(running.procs, p)
 }
 
 func writeTemplate(path string, tpl *template.Template, data any) error {

@@ -55,6 +55,8 @@ type Upstream struct {
 
 	// APIRequests counts answers of the fast API.
 	APIRequests atomic.Int64
+	// Reports counts the report requests that arrived.
+	Reports atomic.Int64
 	// ReportsWaiting is the number of reports currently waiting for their delay.
 	ReportsWaiting atomic.Int64
 	// UploadBytes counts body bytes received by the upload sink.
@@ -136,6 +138,7 @@ func (u *Upstream) serveAPI(ctx *fasthttp.RequestCtx) {
 }
 
 func (u *Upstream) serveReport(ctx *fasthttp.RequestCtx) {
+	u.Reports.Add(1)
 	var delay time.Duration
 	if v := ctx.QueryArgs().Peek("delay"); v != nil {
 		d, err := time.ParseDuration(string(v))

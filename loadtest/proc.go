@@ -1,0 +1,99 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// What /proc tells about the processes of a run: children, CPU time, and the machine's CPU time
+// spent by others (the machine is shared; a disturbed phase shows in the round's note).
+
+// childPIDs lists the direct children of pid from /proc.
+func childPIDs(pid int) []int {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var out []int
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// The command name is in parentheses and may hold spaces: the state and the parent's
+		// pid follow the last ')'.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(b[i+1:]))
+		if len(fields) < 2 || fields[1] != strconv.Itoa(pid) {
+			continue
+		}
+		if child, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil {
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+// cpuSample is the machine's CPU time (all cores, from /proc/stat) and that of the measuring
+// processes (the load test itself, the server and its children) at one moment, in clock ticks.
+type cpuSample struct {
+	busy, steal, total, ours int64
+}
+
+// sampleCPU reads the machine's counters and the CPU time of the load test and of pids.
+func sampleCPU(pids ...int) cpuSample {
+	var s cpuSample
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		f := strings.Fields(line)
+		if len(f) >= 9 && f[0] == "cpu" {
+			v := make([]int64, 9)
+			for i := 1; i < 9; i++ {
+				v[i], _ = strconv.ParseInt(f[i], 10, 64)
+			}
+			// user nice system idle iowait irq softirq steal
+			s.busy = v[1] + v[2] + v[3] + v[6] + v[7]
+			s.steal = v[8]
+			s.total = s.busy + s.steal + v[4] + v[5]
+		}
+	}
+	s.ours = procTicks(os.Getpid())
+	for _, pid := range pids {
+		s.ours += procTicks(pid)
+	}
+	return s
+}
+
+// otherCPU is the share of the machine (all cores, percent) that other processes used between
+// two samples, and the share the hypervisor took (steal).
+func otherCPU(from, to cpuSample) (other, steal float64) {
+	total := float64(to.total - from.total)
+	if total <= 0 {
+		return 0, 0
+	}
+	other = 100 * float64((to.busy-from.busy)-(to.ours-from.ours)) / total
+	return max(0, other), 100 * float64(to.steal-from.steal) / total
+}
+
+// procTicks is utime + stime of a process (all its threads), 0 when unknown.
+func procTicks(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	// After the command name: state (field 3) ... utime (14), stime (15).
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + s
+}
