@@ -91,6 +91,7 @@ type clientConn struct {
 	// bodyPhase is true while the request body is read: reads go through readWin. Writes
 	// always go through writeWin. Both are reset for each request in onHeaders.
 	bodyPhase bool
+	headBytes int64 // bytes read since the connection went idle (or was accepted)
 	readWin   timeouts.Window
 	writeWin  timeouts.Window
 }
@@ -100,7 +101,9 @@ type clientConn struct {
 // The request line and headers are read under fasthttp's own absolute ReadTimeout.
 func (c *clientConn) Read(p []byte) (int, error) {
 	if !c.bodyPhase {
-		return c.Conn.Read(p)
+		n, err := c.Conn.Read(p)
+		c.headBytes += int64(n)
+		return n, err
 	}
 	start := time.Now()
 	if d, ok := c.readWin.Before(start); ok {
@@ -189,6 +192,7 @@ func (g *Gateway) onConnState(c net.Conn, state fasthttp.ConnState) {
 		_ = cc.Conn.SetReadDeadline(time.Now().Add(s.ReadTimeout))
 	case fasthttp.StateIdle:
 		cc.bodyPhase = false
+		cc.headBytes = 0
 		_ = cc.Conn.SetReadDeadline(time.Now().Add(s.IdleTimeout))
 	}
 }

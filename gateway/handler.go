@@ -175,6 +175,12 @@ func (g *Gateway) onError(ctx *fasthttp.RequestCtx, err error) {
 		}
 		x.reject(clientErrorRejection(err))
 		g.writeRejection(ctx, x, x.rej)
+	case cc.headBytes == 0 && isTimeout(err):
+		// A new connection that never sent a byte (a preconnecting client or load balancer, or
+		// a port scan) is closed without an answer and without counting a request: there was
+		// none. fasthttp writes whatever the handler left, so the socket is closed first.
+		cc.forceClose()
+		return
 	default:
 		// fasthttp refused the request before our hook saw it: there is no path or route,
 		// but the answer and the access line still get a request id.

@@ -118,3 +118,40 @@ func TestExpectContinueAccepted(t *testing.T) {
 		t.Fatalf("status %d body %q", resp.StatusCode, resp.body)
 	}
 }
+
+// TestSilentNewConnectionClosedQuietly: a connection that never sends a byte is closed after
+// read_timeout without an answer and without a counted request.
+func TestSilentNewConnectionClosedQuietly(t *testing.T) {
+	up := startUpstream(t, nil)
+	gw := startGateway(t, "read_timeout: 1s\n", upstreamRoute("/", up.addr, ""))
+	c, err := net.Dial("tcp", gw.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, _ := io.ReadAll(c)
+	if len(got) != 0 {
+		t.Errorf("silent connection got an answer: %q", got)
+	}
+	m := scrape(t, gw.addr)
+	if v := m[`toron_rejected_total{route="none",reason="read_timeout"}`]; v != 0 {
+		t.Errorf("read_timeout rejections %v, want 0", v)
+	}
+	// A client that started a request and stalled is still answered 408 and counted.
+	c2, err := net.Dial("tcp", gw.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	io.WriteString(c2, "GET / HTTP/1.1\r\nHost: a\r\n")
+	_ = c2.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, _ = io.ReadAll(c2)
+	if !strings.Contains(string(got), " 408 ") {
+		t.Errorf("stalled headers: %q, want 408", got)
+	}
+	m = scrape(t, gw.addr)
+	if v := m[`toron_rejected_total{route="none",reason="read_timeout"}`]; v != 1 {
+		t.Errorf("read_timeout rejections %v, want 1", v)
+	}
+}
