@@ -168,16 +168,19 @@ func uploadScenario(o options) error {
 		}
 		direct := Uploads(e.up.URL()+"/legacy/upload", o.uploads, o.uploadBytes, false, o.uploadTimeout, "direct")
 		cl := Uploads(e.gw.URL()+"/legacy/upload", o.uploads, o.uploadBytes, false, o.uploadTimeout, "toron")
+		directChunked := Uploads(e.up.URL()+"/legacy/upload", o.uploads, o.uploadBytes, true, o.uploadTimeout, "direct-chunked")
 		chunked := Uploads(e.gw.URL()+"/legacy/upload", o.uploads, o.uploadBytes, true, o.uploadTimeout, "toron-chunked")
 		series = append(series,
 			Series{"direct (Content-Length)", direct},
 			Series{"toron (Content-Length)", cl},
+			Series{"direct (chunked)", directChunked},
 			Series{"toron (chunked)", chunked})
 		rss := e.gw.PeakRSSBytes()
 		runErr = e.close()
 		d, c := Summarize("", direct), Summarize("", cl)
-		notes = append(notes, fmt.Sprintf("toron / direct MB/s (Content-Length): %.2f; toron peak RSS %s after %d x %d-byte uploads at once",
-			c.MBps()/d.MBps(), mib(rss), o.uploads, o.uploadBytes))
+		dc, cc := Summarize("", directChunked), Summarize("", chunked)
+		notes = append(notes, fmt.Sprintf("toron / direct MB/s: Content-Length %.2f, chunked %.2f (of direct chunked; %.2f of direct Content-Length); toron peak RSS %s after %d x %d-byte uploads at once",
+			c.MBps()/d.MBps(), cc.MBps()/dc.MBps(), cc.MBps()/d.MBps(), mib(rss), o.uploads, o.uploadBytes))
 	}
 	rows := summarizeAll(series)
 	var checks []check

@@ -56,6 +56,13 @@ type ChunkedReader struct {
 	left  int64 // bytes left in the current chunk
 	trail int   // trailer bytes seen
 	err   error
+
+	// WriteTo state: decoded bytes gathered at buf[:dn] (dn <= r), the destination, what was
+	// written to it and its first error.
+	dn     int
+	out    io.Writer
+	outN   int64
+	outErr error
 }
 
 // Reset prepares the reader for a new body read from src through buf (at least
@@ -113,15 +120,26 @@ func (d *ChunkedReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// WriteTo implements io.WriterTo: decoded bytes go from the reader's buffer straight to w.
+// WriteTo implements io.WriterTo. Decoded bytes are gathered in place at the front of the
+// reader's own buffer (chunk data moved down over the framing that separated it) and handed to
+// w in one Write each time the buffer is about to be refilled: one write per read from the
+// client, however small the client's chunks, and still no second buffer. On a framing error the
+// gathered bytes of that read are dropped, not forwarded: the upstream request is aborted anyway.
 func (d *ChunkedReader) WriteTo(w io.Writer) (int64, error) {
-	var total int64
+	d.out, d.outN, d.outErr = w, 0, nil
+	defer func() { d.out = nil }()
 	for {
+		if d.outErr != nil {
+			return d.outN, d.outErr
+		}
 		if d.err != nil {
 			if d.err == io.EOF {
-				return total, nil
+				if err := d.flushOut(); err != nil {
+					return d.outN, err
+				}
+				return d.outN, nil
 			}
-			return total, d.err
+			return d.outN, d.err
 		}
 		if d.state != stateData {
 			if err := d.step(); err != nil {
@@ -132,24 +150,38 @@ func (d *ChunkedReader) WriteTo(w io.Writer) (int64, error) {
 		if d.r == d.w {
 			if err := d.fill(); err != nil {
 				d.err = unexpected(err)
-				continue
 			}
+			continue
 		}
-		chunk := d.buf[d.r:d.w]
-		if int64(len(chunk)) > d.left {
-			chunk = chunk[:d.left]
+		k := d.w - d.r
+		if int64(k) > d.left {
+			k = int(d.left)
 		}
-		n, err := w.Write(chunk)
-		total += int64(n)
-		d.r += n
-		d.left -= int64(n)
+		copy(d.buf[d.dn:], d.buf[d.r:d.r+k])
+		d.dn += k
+		d.r += k
+		d.left -= int64(k)
 		if d.left == 0 {
 			d.state = stateDataEnd
 		}
-		if err != nil {
-			return total, err
-		}
 	}
+}
+
+// flushOut hands the gathered decoded bytes to the WriteTo destination.
+func (d *ChunkedReader) flushOut() error {
+	if d.dn == 0 {
+		return nil
+	}
+	n, err := d.out.Write(d.buf[:d.dn])
+	d.outN += int64(n)
+	if err == nil && n < d.dn {
+		err = io.ErrShortWrite
+	}
+	d.dn = 0
+	if err != nil {
+		d.outErr = err
+	}
+	return err
 }
 
 // step consumes framing: a size line, the CRLF after data, or trailer lines.
@@ -237,6 +269,12 @@ func (d *ChunkedReader) need(n int) error {
 
 // fill reads more bytes from the source, compacting the buffer first when needed.
 func (d *ChunkedReader) fill() error {
+	if d.out != nil {
+		// Gathered decoded bytes go out before the buffer is reused.
+		if err := d.flushOut(); err != nil {
+			return err
+		}
+	}
 	if d.r == d.w {
 		d.r, d.w = 0, 0
 	} else if d.w == len(d.buf) {
