@@ -48,8 +48,11 @@ func (g *Gateway) onHeaders(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	if x.route != nil {
 		eff := &x.route.eff
 		cc.writeWin.Reset(eff.WriteTimeout, eff.MinProgressBytes)
-		rc := fasthttp.RequestConfig{ReadTimeout: eff.ReadTimeout}
+		var rc fasthttp.RequestConfig
 		if x.bodyAnnounced {
+			// The body, and fasthttp's pre-read of its first 8 KiB, are read under the route's
+			// sliding window (clientConn.Read).
+			rc.ReadTimeout = eff.ReadTimeout
 			cc.bodyPhase = true
 			cc.readWin.Reset(eff.ReadTimeout, eff.MinProgressBytes)
 		}
