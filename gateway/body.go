@@ -101,6 +101,7 @@ type bodyReader struct {
 	buf   *[]byte
 	pre   *bytebufferpool.ByteBuffer
 	preAt int
+	upErr error // an upstream write error met while the chunked decoder wrote to it
 	// sentAt is when the last body byte was handed to the upstream writer: the end of
 	// forwarding for a streamed body, where the upstream header wait starts.
 	sentAt time.Time
@@ -203,9 +204,14 @@ func (b *bodyReader) WriteTo(w io.Writer) (int64, error) {
 		}
 	}
 	if b.src == &b.chunk {
+		b.upErr = nil
 		n, err := b.chunk.WriteTo(limitWriter{b: b, w: w})
 		total += n
 		if err != nil {
+			if b.upErr != nil {
+				// The upstream failed while taking the body: its error, not the client's.
+				return total, err
+			}
 			return total, b.fail(err)
 		}
 		b.err = io.EOF
@@ -238,6 +244,9 @@ func (l limitWriter) Write(p []byte) (int, error) {
 	n, err := l.w.Write(p)
 	l.b.n += int64(n)
 	l.b.x.bytesIn = l.b.n
+	if err != nil {
+		l.b.upErr = err
+	}
 	return n, err
 }
 

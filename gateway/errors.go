@@ -83,11 +83,8 @@ func admissionRejection(err error) *rejection {
 }
 
 // upstreamRejection maps an error of the upstream exchange (before response headers) to its
-// answer: 504 for the header timeout, 502 for everything else (SPEC 3 step 9). fasthttp reports
-// every deadline as ErrTimeout; once the whole request was sent (sent), the only deadline armed
-// on the connection is response_header_timeout (upstreamConn.Read), so a timeout then is the
-// 504; while the request was still being written it is the upstream's write window (502).
-func upstreamRejection(err error, sent bool) *rejection {
+// answer: 504 for the header timeout, 502 for everything else (SPEC 3 step 9).
+func upstreamRejection(err error) *rejection {
 	var dialErr *dialError
 	switch {
 	case errors.As(err, &dialErr):
@@ -105,11 +102,12 @@ func upstreamRejection(err error, sent bool) *rejection {
 		return rejUpstreamReset
 	case errors.Is(err, fasthttp.ErrNoFreeConns):
 		return rejUpstreamDialTimeout
-	case errors.Is(err, fasthttp.ErrTimeout) || isTimeout(err):
-		if sent {
-			return rejUpstreamTimeout
-		}
+	case errors.As(err, new(*writeStallError)):
 		return rejUpstreamWriteTimeout
+	case errors.Is(err, fasthttp.ErrTimeout) || isTimeout(err):
+		// The only read deadline on an upstream connection before the response is the header
+		// timeout (upstreamConn.Read); write stalls were told apart above.
+		return rejUpstreamTimeout
 	}
 	return rejUpstreamBad
 }

@@ -174,6 +174,7 @@ func (g *Gateway) onError(ctx *fasthttp.RequestCtx, err error) {
 	case x.active.Load():
 		if isClientGone(err) {
 			x.status, x.reason = statusClientClosed, reasonClientAbort
+			cc.forceClose()
 			break
 		}
 		x.reject(clientErrorRejection(err))

@@ -54,9 +54,12 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 	if watch != nil {
 		watch.halt()
 		if watch.gone.Load() {
-			// The client left while the upstream worked: nobody to answer (SPEC 5).
+			// The client left while the upstream worked: nobody to answer (SPEC 5). The socket
+			// is closed now, so that fasthttp cannot send its default 200 to a half-closed
+			// client that still reads.
 			x.status, x.reason = statusClientClosed, reasonClientAbort
 			ctx.SetConnectionClose()
+			cc.forceClose()
 			x.finish()
 			return
 		}
@@ -113,14 +116,17 @@ func (g *Gateway) answerForwardError(ctx *fasthttp.RequestCtx, x *exchange, err 
 		case isTimeout(err):
 			g.writeRejection(ctx, x, rejReadTimeout)
 		default:
-			// The client left mid-body: nobody to answer.
+			// The client left mid-body: nobody to answer, and nothing (not fasthttp's default
+			// 200) may reach a client that only half-closed.
 			x.status, x.reason = statusClientClosed, reasonClientAbort
+			x.conn.forceClose()
 		}
+		// Body bytes may still be in flight: close lingering, so the answer is read, not reset.
+		x.conn.linger.Store(true)
 		ctx.SetConnectionClose()
 		return
 	}
-	sent := !x.bodyAnnounced || errors.Is(x.body.err, io.EOF)
-	rej := upstreamRejection(err, sent)
+	rej := upstreamRejection(err)
 	g.writeRejection(ctx, x, rej)
 	if x.bodyAnnounced {
 		ctx.SetConnectionClose()

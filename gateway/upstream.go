@@ -133,8 +133,31 @@ func (c *upstreamConn) Write(p []byte) (int, error) {
 			}
 		}
 	}
-	return c.Conn.Write(p)
+	if c.aborted.Load() {
+		return 0, errClientLeft
+	}
+	n, err := c.Conn.Write(p)
+	if err != nil {
+		if c.aborted.Load() {
+			return n, errClientLeft
+		}
+		if isTimeout(err) {
+			// fasthttp turns every timeout into ErrTimeout; this one must stay apart from the
+			// response header timeout (504): it is an upstream that stopped reading (502).
+			return n, &writeStallError{err: err}
+		}
+	}
+	return n, err
 }
+
+// writeStallError is an upstream that did not take request bytes within its write window. It
+// deliberately has no Timeout method, so that fasthttp passes it through unchanged.
+type writeStallError struct{ err error }
+
+func (e *writeStallError) Error() string {
+	return "gateway: upstream stopped reading the request: " + e.err.Error()
+}
+func (e *writeStallError) Unwrap() error { return e.err }
 
 // Read reads response bytes. Until the first byte the deadline is fixed at the end of
 // forwarding plus response_header_timeout; after it the same window slides with every read, so
@@ -166,6 +189,9 @@ func (c *upstreamConn) Read(p []byte) (int, error) {
 		return n, errClientLeft
 	}
 	c.respBytes += int64(n)
+	if n > 0 {
+		c.lastRead = time.Now()
+	}
 	return n, err
 }
 
