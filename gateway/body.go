@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -193,8 +194,14 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 // WriteTo implements io.WriterTo: fasthttp's client copies the body with it, so the bytes move
 // from the client socket to the upstream through our one 64 KiB buffer (fasthttp's own copy
 // goes through 4 KiB buffers).
-func (b *bodyReader) WriteTo(w io.Writer) (int64, error) {
-	var total int64
+func (b *bodyReader) WriteTo(w io.Writer) (total int64, err error) {
+	// fasthttp's client has no recover around the body write: a panic here would leak its
+	// upstream connection slot. Turn it into an error instead (the handler logs the request).
+	defer func() {
+		if p := recover(); p != nil {
+			err = b.fail(fmt.Errorf("BUG: gateway: panic while forwarding a body: %v", p))
+		}
+	}()
 	if b.pre != nil && b.preAt < len(b.pre.B) {
 		n, err := w.Write(b.pre.B[b.preAt:])
 		b.preAt += n

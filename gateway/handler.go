@@ -29,11 +29,22 @@ import (
 const preReadFailFast = time.Nanosecond
 
 // onHeaders is fasthttp's HeaderReceived hook.
-func (g *Gateway) onHeaders(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+func (g *Gateway) onHeaders(h *fasthttp.RequestHeader) (rc fasthttp.RequestConfig) {
 	ctx := ctxOfHeader(h)
 	cc := connOf(ctx)
 	x := &cc.x
 	x.begin(g, ctx)
+	defer func() {
+		// A bug in the hook must not take the process down: the request gets a 500 and the
+		// connection closes (the hook runs outside the handler's recover).
+		if p := recover(); p != nil {
+			g.log.Error("panic in the header hook", zap.Any("panic", p))
+			x.reject(rejInternal)
+			x.bodyAnnounced = true
+			cc.linger.Store(true)
+			rc = fasthttp.RequestConfig{ReadTimeout: preReadFailFast}
+		}
+	}()
 	g.decide(h, x)
 	srv := &x.snap.cfg.Server
 	cc.bodyPhase = false
@@ -218,11 +229,17 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	case x.rej != nil:
 		g.writeRejection(ctx, x, x.rej)
 		x.finish()
-	case x.local == localHealth:
-		g.serveHealth(ctx)
-		x.finish()
-	case x.local == localMetrics:
-		g.serveMetrics(ctx)
+	case x.local != localNone:
+		if x.local == localHealth {
+			g.serveHealth(ctx)
+		} else {
+			g.serveMetrics(ctx)
+		}
+		if x.bodyAnnounced {
+			// Nobody reads a body sent to the gateway's own paths; fasthttp's lenient chunked
+			// decoder must not parse it to find the next request.
+			ctx.SetConnectionClose()
+		}
 		x.finish()
 	default:
 		g.proxy(ctx, cc, x)

@@ -156,7 +156,9 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 	out.SetHostBytes(in.Host())
 
 	connTokens := in.Peek(fasthttp.HeaderConnection)
-	var xff []byte
+	// X-Forwarded-For: every previous hop (several header lines are one list, RFC 9110 5.3),
+	// then the client, built in a buffer the exchange reuses (SetBytesKV copies it).
+	buf := x.xff[:0]
 	for k, v := range in.All() {
 		switch {
 		case isHopByHop(k), headerListHas(connTokens, k),
@@ -164,17 +166,11 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 			equalFold(k, hdrXForwardedProto), equalFold(k, hdrXForwardedHost), equalFold(k, headerRequestID):
 			continue
 		case equalFold(k, hdrXForwardedFor):
-			xff = v
+			buf = append(buf, v...)
+			buf = append(buf, ", "...)
 			continue
 		}
 		out.AddBytesKV(k, v)
-	}
-	// X-Forwarded-For: the previous hops, then the client, built in a buffer the exchange
-	// reuses (SetBytesKV copies it).
-	buf := x.xff[:0]
-	if len(xff) > 0 {
-		buf = append(buf, xff...)
-		buf = append(buf, ", "...)
 	}
 	buf = appendRemoteIP(buf, ctx)
 	x.xff = buf

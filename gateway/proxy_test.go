@@ -124,6 +124,10 @@ func TestXForwardedHeaders(t *testing.T) {
 	if got := resp.Header.Get("X-Echo-H-X-Forwarded-Host"); got != "shop.example" {
 		t.Errorf("X-Forwarded-Host %q", got)
 	}
+	resp = rawRequest(t, gw.addr, "GET / HTTP/1.1\r\nHost: shop.example\r\nX-Forwarded-For: 203.0.113.9\r\nX-Forwarded-For: 198.51.100.2, 192.0.2.1\r\n\r\n")
+	if got := resp.Header.Get("X-Echo-H-X-Forwarded-For"); got != "203.0.113.9, 198.51.100.2, 192.0.2.1, 127.0.0.1" {
+		t.Errorf("X-Forwarded-For from several lines %q", got)
+	}
 	resp = rawRequest(t, gw.addr, "GET / HTTP/1.1\r\nHost: shop.example\r\n\r\n")
 	if got := resp.Header.Get("X-Echo-H-X-Forwarded-For"); got != "127.0.0.1" {
 		t.Errorf("X-Forwarded-For without a previous hop %q", got)

@@ -276,3 +276,41 @@ func TestStreamRequestBodyFalseBuffers(t *testing.T) {
 		t.Fatalf("%d %s", resp.StatusCode, resp.body)
 	}
 }
+
+// TestUpstreamFailureDuringChunkedBodyIs502: an upstream that closes or stops reading while a
+// chunked body streams to it is the upstream's failure, not the client's.
+func TestUpstreamFailureDuringChunkedBodyIs502(t *testing.T) {
+	closer := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		io.CopyN(io.Discard, r.Body, 100_000)
+		hj := w.(http.Hijacker)
+		if c, _, err := hj.Hijack(); err == nil {
+			c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+		}
+	})
+	staller := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(3 * time.Second)
+	})
+	gw := startGateway(t, "", upstreamRoute("/close", closer.addr, "max_body_bytes: 1GiB\nmax_concurrency: 4\ninbound_chunked_mode: passthrough")+
+		upstreamRoute("/stall", staller.addr, "max_body_bytes: 1GiB\nmax_concurrency: 4\nwrite_timeout: 1s\ninbound_chunked_mode: passthrough"))
+	for _, path := range []string{"/close/x", "/stall/x"} {
+		c, err := net.Dial("tcp", gw.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", path)
+		go func() {
+			chunk := strings.Repeat("c", 32<<10)
+			for i := 0; i < 2000; i++ {
+				if _, err := fmt.Fprintf(c, "%x\r\n%s\r\n", len(chunk), chunk); err != nil {
+					return
+				}
+			}
+		}()
+		resp := readRawResponse(t, c, "POST")
+		c.Close()
+		if resp.StatusCode != 502 {
+			t.Errorf("%s: %d %s, want 502", path, resp.StatusCode, resp.body)
+		}
+	}
+}
