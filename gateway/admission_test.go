@@ -342,3 +342,34 @@ func TestSlotsReleasedUnderChaos(t *testing.T) {
 	wg.Wait()
 	waitIdle(t, gw.g)
 }
+
+// TestElevatedRouteKeepsMaxUpstreamConns: watched requests use one-request connections, and
+// max_upstream_conns still bounds them.
+func TestElevatedRouteKeepsMaxUpstreamConns(t *testing.T) {
+	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(300 * time.Millisecond)
+		io.WriteString(w, "ok")
+	})
+	gw := startGateway(t, "", upstreamRoute("/legacy", up.addr, "max_concurrency: 8\nmax_upstream_conns: 2\nresponse_header_timeout: 30s\nconnect_timeout: 10s"))
+	var wg sync.WaitGroup
+	statuses := make(chan int, 6)
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, _, _, _ := getStatus(gw.addr, "/legacy/r")
+			statuses <- s
+		}()
+	}
+	wg.Wait()
+	close(statuses)
+	for s := range statuses {
+		if s != 200 {
+			t.Errorf("status %d", s)
+		}
+	}
+	if m := up.maxSeen.Load(); m > 2 {
+		t.Errorf("upstream saw %d concurrent requests, max_upstream_conns is 2", m)
+	}
+	waitIdle(t, gw.g)
+}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
+
+	"toron/limits"
 )
 
 // localKind marks a request the gateway answers itself, without a route or a worker.
@@ -62,9 +64,10 @@ type exchange struct {
 	scratch []byte
 	xff     []byte
 
-	upResp *fasthttp.Response
-	body   bodyReader
-	rs     respStream
+	upResp  *fasthttp.Response
+	upSlots *limits.WorkerPool // the route's connection slot held by a watched request
+	body    bodyReader
+	rs      respStream
 }
 
 // begin starts the exchange of a new request on this connection. A previous request that was
@@ -130,6 +133,11 @@ func (x *exchange) finish() {
 	if x.upResp != nil {
 		fasthttp.ReleaseResponse(x.upResp)
 		x.upResp = nil
+	}
+	if x.upSlots != nil {
+		// After the response: its one-request upstream connection is closed by now.
+		x.upSlots.Release()
+		x.upSlots = nil
 	}
 	if x.holdsWorker {
 		x.holdsWorker = false

@@ -62,6 +62,9 @@ type route struct {
 	eff    conf.Effective
 	stats  *routeStats
 	client *fasthttp.HostClient
+	// upSlots bounds the one-request upstream connections of an elevated route's watched
+	// requests to max_upstream_conns (nil on other routes, whose pooled client bounds them).
+	upSlots *limits.WorkerPool
 }
 
 // New builds a gateway for cfg. It does not listen yet: call Serve or ListenAndServe.
@@ -143,7 +146,11 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config) (*snapshot, error) {
 			return nil, err
 		}
 		st := g.stats.get(rc.Name)
-		snap.routes = append(snap.routes, &route{name: rc.Name, eff: rc.Effective, stats: st, client: hc, conf: rc, server: &cfg.Server})
+		rt := &route{name: rc.Name, eff: rc.Effective, stats: st, client: hc, conf: rc, server: &cfg.Server}
+		if rc.Effective.Elevated {
+			rt.upSlots = limits.NewWorkerPool(rc.Effective.MaxUpstreamConns)
+		}
+		snap.routes = append(snap.routes, rt)
 		entries[i] = tableEntry{Host: rc.Host, Prefix: rc.Prefix, Methods: rc.Methods}
 	}
 	snap.table = newRouteTable(entries)

@@ -34,6 +34,21 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 	hc := r.client
 	var watch *clientWatch
 	if r.eff.Elevated {
+		// Watched requests use one-request upstream connections; max_upstream_conns still
+		// bounds them, through the route's connection slots (waiting at most connect_timeout,
+		// as the pooled client does).
+		if !r.upSlots.Acquire(r.eff.ConnectTimeout) {
+			fasthttp.ReleaseRequest(req)
+			x.body.release()
+			cc.bodyPhase = false
+			g.writeRejection(ctx, x, rejUpstreamDialTimeout)
+			if x.bodyAnnounced {
+				ctx.SetConnectionClose()
+			}
+			x.finish()
+			return
+		}
+		x.upSlots = r.upSlots
 		var err error
 		if watch, hc, err = g.watchClient(cc, r); err != nil {
 			hc = r.client
