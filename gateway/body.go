@@ -63,6 +63,10 @@ func (g *Gateway) attachBody(ctx *fasthttp.RequestCtx, x *exchange, req *fasthtt
 		b.src = &b.chunk
 		b.want = -1
 		switch {
+		case eff.InboundChunkedMode == conf.ChunkedPassthrough:
+			// SPEC 7: passthrough is never converted to a Content-Length nor buffered to learn
+			// its length, even on a route with stream_request_body false.
+			req.SetBodyStream(b, -1)
 		case eff.StreamRequestBody == conf.StreamNever:
 			b.bufferInto(req, -1)
 		case eff.InboundChunkedMode == conf.ChunkedNormalize:
