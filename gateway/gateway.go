@@ -26,7 +26,7 @@ type Gateway struct {
 	access atomic.Bool
 
 	srv *fasthttp.Server
-	ln  *listener
+	ln  atomic.Pointer[listener] // set by Serve, read by Shutdown and the metrics
 
 	snap atomic.Pointer[snapshot]
 
@@ -89,10 +89,10 @@ func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
 	set.NewGauge(metricWorkersMax, func() float64 { return float64(g.workers.Size()) })
 	set.NewGauge(metricElevatedInflight, func() float64 { return float64(g.budget.InFlight()) })
 	set.NewGauge(metricConnectionsOpen, func() float64 {
-		if g.ln == nil {
-			return 0
+		if l := g.ln.Load(); l != nil {
+			return float64(l.open.Load())
 		}
-		return float64(g.ln.open.Load())
+		return 0
 	})
 
 	snap, err := g.buildSnapshot(cfg)
@@ -212,8 +212,9 @@ func (g *Gateway) Listen() (net.Listener, error) {
 // Serve serves client connections from ln until Shutdown.
 func (g *Gateway) Serve(ln net.Listener) error {
 	g.applySnapshot(g.snap.Load())
-	g.ln = newListener(ln, g)
-	return g.srv.Serve(g.ln)
+	l := newListener(ln, g)
+	g.ln.Store(l)
+	return g.srv.Serve(l)
 }
 
 // Drain starts the drain of SPEC 9: /health answers 503 draining and every response carries
@@ -228,8 +229,8 @@ func (g *Gateway) Draining() bool { return g.draining.Load() }
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.Drain()
 	err := g.srv.ShutdownWithContext(ctx)
-	if err != nil && g.ln != nil {
-		g.ln.closeAll()
+	if l := g.ln.Load(); err != nil && l != nil {
+		l.closeAll()
 	}
 	return err
 }
