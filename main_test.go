@@ -39,6 +39,19 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// startTestUpstream serves h on a loopback port until the test ends and returns its address.
+func startTestUpstream(t *testing.T, h http.HandlerFunc) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
 func freePort(t *testing.T) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -140,23 +153,17 @@ func TestPortInUseExits1(t *testing.T) {
 // /health says draining during drain_delay, responses carry Connection: close, the in-flight
 // request completes, and the process exits 0.
 func TestGracefulShutdown(t *testing.T) {
-	up := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		if d, err := time.ParseDuration(r.URL.Query().Get("delay")); err == nil {
 			time.Sleep(d)
 		}
 		io.WriteString(w, "done")
-	})}
-	uln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go up.Serve(uln)
-	defer up.Close()
+	})
 
 	port := freePort(t)
 	dir := t.TempDir()
 	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 1s\n  shutdown_timeout: 10s\nlog:\n  access: true\n", port))
-	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /\n    target: http://%s\n", uln.Addr()))
+	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /\n    target: http://%s\n", upAddr))
 	cmd := exec.Command(binPath, "-config", cfg, "-routes", routes)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -290,22 +297,16 @@ func TestDemoModeServes(t *testing.T) {
 // TestReloadOnSIGHUP: a real SIGHUP re-reads both files; an invalid configuration and a changed
 // port are refused with a logged error while the old configuration keeps serving.
 func TestReloadOnSIGHUP(t *testing.T) {
-	up := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, r.URL.Path)
-	})}
-	uln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go up.Serve(uln)
-	defer up.Close()
+	})
 
 	port := freePort(t)
 	dir := t.TempDir()
 	serverYAML := fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\nlog:\n  level: info\n  access: false\n", port)
 	cfg := writeFile(t, dir, "config.yaml", serverYAML)
 	route := func(prefix string) string {
-		return fmt.Sprintf("  - type: upstream\n    prefix: %s\n    target: http://%s\n", prefix, uln.Addr())
+		return fmt.Sprintf("  - type: upstream\n    prefix: %s\n    target: http://%s\n", prefix, upAddr)
 	}
 	routes := writeFile(t, dir, "routes.yaml", "routes:\n"+route("/a"))
 	cmd := exec.Command(binPath, "-config", cfg, "-routes", routes)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"slices"
 	"strings"
+
+	"toron/streaming"
 )
 
 // normalizePath appends the normalized form of the request path to dst and
@@ -94,8 +96,8 @@ func appendDecodedSegment(dst, seg []byte) []byte {
 	for k := 0; k < len(seg); k++ {
 		c := seg[k]
 		if c == '%' && k+2 < len(seg) {
-			hi, ok1 := unhex(seg[k+1])
-			lo, ok2 := unhex(seg[k+2])
+			hi, ok1 := streaming.HexValue(seg[k+1])
+			lo, ok2 := streaming.HexValue(seg[k+2])
 			if d := hi<<4 | lo; ok1 && ok2 && isUnreserved(d) {
 				dst = append(dst, d)
 				k += 2
@@ -105,18 +107,6 @@ func appendDecodedSegment(dst, seg []byte) []byte {
 		dst = append(dst, c)
 	}
 	return dst
-}
-
-func unhex(c byte) (byte, bool) {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0', true
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10, true
-	case c >= 'A' && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
 }
 
 // isUnreserved reports an RFC 3986 unreserved character.

@@ -308,7 +308,7 @@ func parseChunkSizeLine(line []byte) (int64, error) {
 	var size int64
 	i := 0
 	for ; i < len(line); i++ {
-		v, ok := hexValue(line[i])
+		v, ok := HexValue(line[i])
 		if !ok {
 			break
 		}
@@ -326,7 +326,8 @@ func parseChunkSizeLine(line []byte) (int64, error) {
 	return size, nil
 }
 
-func hexValue(c byte) (byte, bool) {
+// HexValue returns the value of a hexadecimal digit, and false for any other byte.
+func HexValue(c byte) (byte, bool) {
 	switch {
 	case c >= '0' && c <= '9':
 		return c - '0', true
