@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -343,7 +344,7 @@ func TestSlotsReleasedUnderChaos(t *testing.T) {
 	waitIdle(t, gw.g)
 }
 
-// TestElevatedRouteKeepsMaxUpstreamConns: watched requests use one-request connections, and
+// TestElevatedRouteKeepsMaxUpstreamConns: watched requests use one-connection clients, and
 // max_upstream_conns still bounds them.
 func TestElevatedRouteKeepsMaxUpstreamConns(t *testing.T) {
 	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
@@ -370,6 +371,58 @@ func TestElevatedRouteKeepsMaxUpstreamConns(t *testing.T) {
 	}
 	if m := up.maxSeen.Load(); m > 2 {
 		t.Errorf("upstream saw %d concurrent requests, max_upstream_conns is 2", m)
+	}
+	waitIdle(t, gw.g)
+}
+
+// TestElevatedRouteReusesUpstreamConns: watched requests keep their upstream connection alive
+// between requests, and a request whose client left does not hand its aborted connection to
+// the next one.
+func TestElevatedRouteReusesUpstreamConns(t *testing.T) {
+	var slow atomic.Bool
+	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if slow.Load() {
+			select {
+			case <-time.After(10 * time.Second):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		io.WriteString(w, "ok")
+	})
+	gw := startGateway(t, "", upstreamRoute("/legacy", up.addr, "max_concurrency: 4\nresponse_header_timeout: 30s"))
+	for i := 0; i < 5; i++ {
+		if s, _, _, err := getStatus(gw.addr, "/legacy/r"); s != 200 || err != nil {
+			t.Fatalf("request %d: status %d, %v", i, s, err)
+		}
+	}
+	if n := up.conns.Load(); n != 1 {
+		t.Errorf("5 sequential requests on an elevated route used %d upstream connections, want 1 (keep-alive)", n)
+	}
+
+	// A client that leaves while the upstream works: its request is aborted...
+	slow.Store(true)
+	c, err := net.Dial("tcp", gw.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c, "GET /legacy/slow HTTP/1.1\r\nHost: a\r\n\r\n")
+	deadline := time.Now().Add(5 * time.Second)
+	for up.inflight.Load() < 1 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.Close()
+	bh := gw.g.stats.get("/legacy").bulkhead
+	for bh.InFlight() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if bh.InFlight() != 0 {
+		t.Fatalf("the abandoned request still holds the bulkhead")
+	}
+	// ...and the next request gets a working connection.
+	slow.Store(false)
+	if s, body, _, err := getStatus(gw.addr, "/legacy/r"); s != 200 || err != nil {
+		t.Fatalf("after an abandoned request: status %d %q, %v", s, body, err)
 	}
 	waitIdle(t, gw.g)
 }

@@ -10,8 +10,6 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
-
-	"toron/limits"
 )
 
 // localKind marks a request the gateway answers itself, without a route or a worker.
@@ -64,10 +62,14 @@ type exchange struct {
 	scratch []byte
 	xff     []byte
 
-	upResp  *fasthttp.Response
-	upSlots *limits.WorkerPool // the route's connection slot held by a watched request
-	body    bodyReader
-	rs      respStream
+	upResp *fasthttp.Response
+	// watched is the one-connection client of a watched request (elevated routes), held until
+	// the response was released; watchGone says its client left and it must not be reused.
+	watched   *watchedClient
+	watchPool *watchedPool
+	watchGone bool
+	body      bodyReader
+	rs        respStream
 }
 
 // begin starts the exchange of a new request on this connection. A previous request that was
@@ -134,10 +136,10 @@ func (x *exchange) finish() {
 		fasthttp.ReleaseResponse(x.upResp)
 		x.upResp = nil
 	}
-	if x.upSlots != nil {
-		// After the response: its one-request upstream connection is closed by now.
-		x.upSlots.Release()
-		x.upSlots = nil
+	if x.watched != nil {
+		// After the response: its upstream connection is back in the client, idle or closed.
+		x.watchPool.put(x.watched, !x.watchGone)
+		x.watched, x.watchPool, x.watchGone = nil, nil, false
 	}
 	if x.holdsWorker {
 		x.holdsWorker = false

@@ -62,9 +62,17 @@ type route struct {
 	eff    conf.Effective
 	stats  *routeStats
 	client *fasthttp.HostClient
-	// upSlots bounds the one-request upstream connections of an elevated route's watched
-	// requests to max_upstream_conns (nil on other routes, whose pooled client bounds them).
-	upSlots *limits.WorkerPool
+	// watched holds the one-connection clients of an elevated route's watched requests (nil on
+	// other routes).
+	watched *watchedPool
+}
+
+// closeIdle closes the route's idle upstream connections.
+func (r *route) closeIdle() {
+	r.client.CloseIdleConnections()
+	if r.watched != nil {
+		r.watched.closeIdle()
+	}
 }
 
 // New builds a gateway for cfg. It does not listen yet: call Serve or ListenAndServe.
@@ -148,7 +156,7 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config) (*snapshot, error) {
 		st := g.stats.get(rc.Name)
 		rt := &route{name: rc.Name, eff: rc.Effective, stats: st, client: hc, conf: rc, server: &cfg.Server}
 		if rc.Effective.Elevated {
-			rt.upSlots = limits.NewWorkerPool(rc.Effective.MaxUpstreamConns)
+			rt.watched = newWatchedPool(rc, &cfg.Server)
 		}
 		snap.routes = append(snap.routes, rt)
 		entries[i] = tableEntry{Host: rc.Host, Prefix: rc.Prefix, Methods: rc.Methods}
@@ -189,7 +197,7 @@ func (g *Gateway) Reload(cfg *conf.Config) error {
 	// Requests admitted under the old table finish with its clients; their idle connections
 	// are closed now, the busy ones when they are released.
 	for _, r := range old.routes {
-		r.client.CloseIdleConnections()
+		r.closeIdle()
 	}
 	return nil
 }

@@ -80,7 +80,7 @@ func startGatewayB(t testing.TB, serverYAML, routesYAML string, accessLog bool) 
 // cleaner goroutines left behind by a test.
 func closeIdleUpstreams(g *Gateway) {
 	for _, r := range g.snap.Load().routes {
-		r.client.CloseIdleConnections()
+		r.closeIdle()
 	}
 }
 

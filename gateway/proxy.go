@@ -33,11 +33,15 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 
 	hc := r.client
 	var watch *clientWatch
-	if r.eff.Elevated {
-		// Watched requests use one-request upstream connections; max_upstream_conns still
-		// bounds them, through the route's connection slots (waiting at most connect_timeout,
-		// as the pooled client does).
-		if !r.upSlots.Acquire(r.eff.ConnectTimeout) {
+	if r.watched != nil {
+		// Watched requests go through the route's one-connection clients; max_upstream_conns
+		// bounds them, waiting at most connect_timeout for one, as the pooled client does.
+		wc, ok, err := r.watched.get(r.eff.ConnectTimeout)
+		switch {
+		case err != nil:
+			// Not reachable: the route's target was parsed when the route was built.
+			hc = r.client
+		case !ok:
 			fasthttp.ReleaseRequest(req)
 			x.body.release()
 			cc.bodyPhase = false
@@ -47,13 +51,10 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 			}
 			x.finish()
 			return
-		}
-		x.upSlots = r.upSlots
-		var err error
-		if watch, hc, err = g.watchClient(cc, r); err != nil {
-			hc = r.client
-		} else {
-			req.SetConnectionClose()
+		default:
+			x.watched, x.watchPool = wc, r.watched
+			hc = wc.hc
+			watch = watchClient(cc, wc)
 		}
 	}
 	start := time.Now()
@@ -69,6 +70,7 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 	if watch != nil {
 		watch.halt()
 		if watch.gone.Load() {
+			x.watchGone = true
 			// The client left while the upstream worked: nobody to answer (SPEC 5). The socket
 			// is closed now, so that fasthttp cannot send its default 200 to a half-closed
 			// client that still reads.

@@ -51,7 +51,7 @@ type upstreamTimeouts struct {
 // own deadlines, and RetryIfErr retries only what cannot have reached the upstream.
 //
 // onDial, when not nil, is told about every connection the client dials: the watched clients of
-// elevated routes use it to reach the connection of their one request (see watchClient).
+// elevated routes use it to reach their one connection (see watchedClient).
 func newHostClient(r *conf.Route, s *conf.Server, onDial func(*upstreamConn)) (*fasthttp.HostClient, error) {
 	u, err := url.Parse(r.Target)
 	if err != nil {

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"toron/conf"
+	"toron/limits"
 )
 
 // watchInterval is how often a watched client's socket is checked while its request waits for
@@ -19,34 +22,26 @@ const watchInterval = 200 * time.Millisecond
 //
 // fasthttp has no per-request cancellation (RequestCtx.Done closes only at shutdown, SPEC 12),
 // so the watch is ours: a goroutine peeks at the client socket every watchInterval without
-// consuming bytes (nobody reads the client connection while the handler waits), and on a FIN
-// or a reset interrupts the request's upstream connection. To reach that connection, a watched
-// request goes through its own one-request HostClient whose dial hook records it; the
-// connection closes after the response. That costs a dial, an allocation and a goroutine per
-// request, which is why only elevated routes pay it: the small-request path has no watcher.
+// consuming bytes, and on a FIN or a reset interrupts the upstream connection of the request.
+// To reach that connection, a watched request goes through a watchedClient, a HostClient of
+// exactly one connection that records it when dialled. A goroutine, a ticker and a small
+// allocation per request is why only elevated routes pay for the watch: the small-request path
+// has none.
 type clientWatch struct {
-	up   atomic.Pointer[upstreamConn]
+	wc   *watchedClient
 	gone atomic.Bool
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
 
-// watchClient starts watching cc for the exchange's current upstream request and returns the
-// client to send it with. stop must be called once Do returned.
-func (g *Gateway) watchClient(cc *clientConn, r *route) (*clientWatch, *fasthttp.HostClient, error) {
-	w := &clientWatch{stop: make(chan struct{})}
-	hc, err := newHostClient(r.conf, r.server, func(uc *upstreamConn) {
-		w.up.Store(uc)
-		if w.gone.Load() {
-			uc.abort()
-		}
-	})
-	if err != nil {
-		return nil, nil, err
-	}
+// watchClient starts watching cc while the request goes through wc. halt must be called once
+// Do returned.
+func watchClient(cc *clientConn, wc *watchedClient) *clientWatch {
+	w := &clientWatch{wc: wc, stop: make(chan struct{})}
+	wc.watch.Store(w)
 	w.wg.Add(1)
 	go w.run(cc)
-	return w, hc, nil
+	return w
 }
 
 func (w *clientWatch) run(cc *clientConn) {
@@ -59,8 +54,11 @@ func (w *clientWatch) run(cc *clientConn) {
 			return
 		case <-t.C:
 			if peerGone(cc.Conn) {
+				// gone is stored before the connection is loaded, and the dial hook stores the
+				// connection before it loads gone: a connection dialled meanwhile is aborted by
+				// one side or the other.
 				w.gone.Store(true)
-				if uc := w.up.Load(); uc != nil {
+				if uc := w.wc.up.Load(); uc != nil {
 					uc.abort()
 				}
 				return
@@ -73,6 +71,86 @@ func (w *clientWatch) run(cc *clientConn) {
 func (w *clientWatch) halt() {
 	close(w.stop)
 	w.wg.Wait()
+	w.wc.watch.Store(nil)
+}
+
+// watchedClient is one upstream connection of an elevated route: a HostClient of at most one
+// connection, whose dial hook records the connection so that the watch of the request using it
+// can abort it. Between requests it waits in the route's watchedPool and its connection stays
+// open (keep-alive, up to upstream_idle_timeout), like the connections of other routes.
+type watchedClient struct {
+	hc    *fasthttp.HostClient
+	up    atomic.Pointer[upstreamConn]
+	watch atomic.Pointer[clientWatch]
+}
+
+func (wc *watchedClient) onDial(uc *upstreamConn) {
+	wc.up.Store(uc)
+	if w := wc.watch.Load(); w != nil && w.gone.Load() {
+		uc.abort()
+	}
+}
+
+// watchedPool holds an elevated route's watched clients: at most max_upstream_conns in use at
+// once (slots), the idle ones in free.
+type watchedPool struct {
+	route  *conf.Route
+	server *conf.Server
+	slots  *limits.WorkerPool
+	free   chan *watchedClient
+}
+
+func newWatchedPool(r *conf.Route, s *conf.Server) *watchedPool {
+	n := r.Effective.MaxUpstreamConns
+	return &watchedPool{route: r, server: s, slots: limits.NewWorkerPool(n), free: make(chan *watchedClient, n)}
+}
+
+// get waits at most wait for a connection slot, then returns an idle client or a new one.
+// It reports false when no slot freed up in time.
+func (p *watchedPool) get(wait time.Duration) (*watchedClient, bool, error) {
+	if !p.slots.Acquire(wait) {
+		return nil, false, nil
+	}
+	select {
+	case wc := <-p.free:
+		return wc, true, nil
+	default:
+	}
+	wc := &watchedClient{}
+	hc, err := newHostClient(p.route, p.server, wc.onDial)
+	if err != nil {
+		p.slots.Release()
+		return nil, false, err
+	}
+	wc.hc = hc
+	return wc, true, nil
+}
+
+// put gives back a client once its response was released. A client whose request was aborted
+// for a departed client is not reused: its connection is closed.
+func (p *watchedPool) put(wc *watchedClient, reusable bool) {
+	if reusable {
+		select {
+		case p.free <- wc:
+			p.slots.Release()
+			return
+		default:
+		}
+	}
+	wc.hc.CloseIdleConnections()
+	p.slots.Release()
+}
+
+// closeIdle closes the connections of the idle clients (a reload, the end of a test).
+func (p *watchedPool) closeIdle() {
+	for {
+		select {
+		case wc := <-p.free:
+			wc.hc.CloseIdleConnections()
+		default:
+			return
+		}
+	}
 }
 
 // peekState is what a non-blocking peek at an idle socket found.
