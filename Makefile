@@ -6,7 +6,7 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 FUZZTIME  ?= 30s
 PKGS      := ./...
 
-.PHONY: help build run test vet deps lint fuzz bench bench-go bench-compare bench-slowloris loadtest clean
+.PHONY: help build run test vet deps lint fuzz bench bench-go bench-compare bench-slowloris bench-upload loadtest clean
 
 help: #? list the targets
 	@grep -E '^[a-z-]+:.*#\?' $(MAKEFILE_LIST) | sed -E 's/:.*#\?/\t/' | sort
@@ -32,7 +32,7 @@ deps: #? fail when a leaf package imports conf, gateway, zap or another leaf
 fuzz: #? run each fuzz target for FUZZTIME
 	@bash scripts/fuzz.sh $(FUZZTIME)
 
-bench: bench-go bench-compare bench-slowloris #? Go benchmarks (-benchmem), the peer comparison and the slowloris run
+bench: bench-go bench-compare bench-slowloris bench-upload #? Go benchmarks (-benchmem), the peer comparison, the slowloris run and the upload ratios
 
 bench-go: #? Go benchmarks only
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
@@ -42,6 +42,9 @@ bench-compare: build #? direct vs Toron vs nginx vs HAProxy (installs wrk, nginx
 
 bench-slowloris: build #? /health and /api success under a 1000-connection slowloris (installs slowhttptest)
 	bash scripts/slowloris.sh
+
+bench-upload: build #? 8 concurrent 200 MB uploads, direct vs Toron vs a naive fasthttp proxy, 5 rounds (exit 3: a target missed)
+	$(GO) run ./loadtest -toron $(BIN) -scenario upload -rounds 5
 
 SCENARIO ?= small-get
 loadtest: build #? one load-test scenario: make loadtest SCENARIO=small-get|upload|isolation|slow-client

@@ -7,9 +7,9 @@
 //	go run ./loadtest -scenario isolation -duration 5s
 //	go run ./loadtest -scenario isolation -peer nginx   # the same measurement against nginx
 //
-// Scenarios: small-get, upload, isolation, slow-client; and two helpers the scripts use:
-// upstream (serve the upstream alone, for scripts/compare.sh) and probe (probe a running server
-// every -interval, for scripts/slowloris.sh). Every request goes to 127.0.0.1. With -peer nginx
+// Scenarios: small-get, upload, isolation, slow-client; and three helpers: upstream (serve the
+// upstream alone, for scripts/compare.sh), probe (probe a running server every -interval, for
+// scripts/slowloris.sh) and naive-proxy (the upload scenario's reference, started by it). Every request goes to 127.0.0.1. With -peer nginx
 // the isolation scenario starts nginx (loadtest/peers/nginx.conf, from a temporary prefix) in
 // front of the same upstream instead of the gateway.
 //
@@ -49,6 +49,12 @@ type options struct {
 	uploads       int
 	uploadBytes   int64
 	uploadTimeout time.Duration
+	chunked       bool
+	verify        bool
+	reference     bool
+	minCLRatio    float64
+	minChunkRatio float64
+	upstream      string
 
 	attackers int
 
@@ -80,11 +86,17 @@ func main() {
 	fs.IntVar(&o.apiRate, "api-rate", 200, "isolation, slow-client: /api requests per second")
 	fs.IntVar(&o.healthRate, "health-rate", 20, "isolation, slow-client: /health requests per second")
 	fs.IntVar(&o.floodRate, "flood-rate", 200, "isolation: requests per second to the saturated legacy route")
-	fs.IntVar(&o.rounds, "rounds", 3, "isolation: idle/saturated rounds (medians are reported)")
+	fs.IntVar(&o.rounds, "rounds", 3, "isolation: idle/saturated rounds; upload: rounds of every series (medians are reported)")
 	fs.IntVar(&o.bulkhead, "bulkhead", 8, "isolation: max_concurrency of /legacy/reports in the generated routes")
 	fs.Float64Var(&o.maxRatio, "max-ratio", 1.5, "isolation: target for /api p99 saturated / idle")
 	fs.IntVar(&o.uploads, "uploads", 8, "upload: concurrent uploads")
 	fs.Int64Var(&o.uploadBytes, "upload-bytes", 200_000_000, "upload: bytes per upload")
+	fs.BoolVar(&o.chunked, "chunked", false, "upload with -target: send the bodies chunked instead of with a Content-Length")
+	fs.BoolVar(&o.verify, "verify", true, "upload: byte-exact uploads (SHA-256 by the client and the upstream); false: the upstream only counts")
+	fs.BoolVar(&o.reference, "reference", true, "upload: also measure a naive fasthttp proxy in the same rounds")
+	fs.Float64Var(&o.minCLRatio, "min-cl-ratio", 0.8, "upload: target for toron / direct MB/s with a Content-Length (median of the rounds)")
+	fs.Float64Var(&o.minChunkRatio, "min-chunked-ratio", 0.6, "upload: target for toron / direct MB/s with chunked bodies (median of the rounds)")
+	fs.StringVar(&o.upstream, "upstream", "", "naive-proxy: the upstream's host:port")
 	fs.DurationVar(&o.uploadTimeout, "upload-timeout", 5*time.Minute, "upload: time limit of one upload")
 	fs.IntVar(&o.attackers, "attackers", 40, "slow-client: connections of each attack kind")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:18081", "upstream: address to serve on")
@@ -113,7 +125,7 @@ func main() {
 }
 
 // scenarios are the values of -scenario.
-var scenarios = []string{"small-get", "upload", "isolation", "slow-client", "upstream", "probe"}
+var scenarios = []string{"small-get", "upload", "isolation", "slow-client", "upstream", "probe", "naive-proxy"}
 
 func (o *options) validate() error {
 	if !slices.Contains(scenarios, o.scenario) {
@@ -167,6 +179,8 @@ func run(o options) error {
 		return serveUpstream(o)
 	case "probe":
 		return probe(o)
+	case "naive-proxy":
+		return serveNaiveProxy(o)
 	}
 	panic("BUG: loadtest: scenario " + o.scenario + " passed validation but has no runner")
 }

@@ -18,6 +18,10 @@ func TestMain(m *testing.M) {
 		// date updater lives for the process.
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		// The naive proxy's client: fasthttp's default dialer caches addresses for the process,
+		// and a HostClient's cleaner sleeps out its period after its last connection closed.
+		goleak.IgnoreTopFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
 	)
 }
 

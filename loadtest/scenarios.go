@@ -150,50 +150,191 @@ func smallGet(o options) error {
 	return firstErr(runErr, missed)
 }
 
-// uploadScenario measures concurrent large uploads, with a Content-Length and chunked.
+// uploadScenario measures concurrent large uploads (issue 5): each round runs o.uploads uploads
+// at once straight to the upstream, through the gateway and, for reference, through a naive
+// fasthttp proxy, with a Content-Length and then chunked; the ratios are medians over the
+// rounds of toron / direct in the same round, so that a disturbance of the shared machine
+// weighs on one round, not on the result. The client (this process), the gateway and the
+// upstream are three processes, as in production.
 func uploadScenario(o options) error {
-	var series []Series
-	var notes []string
-	var runErr error
+	spec := UploadSpec{N: o.uploads, Size: o.uploadBytes, Verify: o.verify, Timeout: o.uploadTimeout}
 	if o.target != "" {
-		rs := Uploads(o.target, o.uploads, o.uploadBytes, false, o.uploadTimeout, "target")
-		series = append(series, Series{labelOr(o, "target") + " (Content-Length)", rs})
+		spec.Name, spec.URL, spec.Chunked = "target", o.target, o.chunked
+		rs := Uploads(spec)
+		framing := " (Content-Length)"
+		if o.chunked {
+			framing = " (chunked)"
+		}
+		series := []Series{{labelOr(o, "target") + framing, rs}}
 		s := Summarize("", rs)
 		// One parseable line for scripts/compare.sh.
-		notes = append(notes, fmt.Sprintf("RESULT upload_mbps=%.1f failed=%d", s.MBps(), s.Requests-s.OK))
-	} else {
-		e, err := setup(o, o.bulkhead)
-		if err != nil {
+		notes := []string{fmt.Sprintf("RESULT upload_mbps=%.1f failed=%d", s.MBps(), s.Requests-s.OK)}
+		rows := summarizeAll(series)
+		lines, missed := verdict(uploadChecks(rows))
+		notes = append(notes, lines...)
+		if err := report(o, "upload", uploadTitle(o), series, rows, notes, true); err != nil {
 			return err
 		}
-		direct := Uploads(e.up.URL()+"/legacy/upload", o.uploads, o.uploadBytes, false, o.uploadTimeout, "direct")
-		cl := Uploads(e.gw.URL()+"/legacy/upload", o.uploads, o.uploadBytes, false, o.uploadTimeout, "toron")
-		directChunked := Uploads(e.up.URL()+"/legacy/upload", o.uploads, o.uploadBytes, true, o.uploadTimeout, "direct-chunked")
-		chunked := Uploads(e.gw.URL()+"/legacy/upload", o.uploads, o.uploadBytes, true, o.uploadTimeout, "toron-chunked")
-		series = append(series,
-			Series{"direct (Content-Length)", direct},
-			Series{"toron (Content-Length)", cl},
-			Series{"direct (chunked)", directChunked},
-			Series{"toron (chunked)", chunked})
-		rss := e.gw.PeakRSSBytes()
-		runErr = e.close()
-		d, c := Summarize("", direct), Summarize("", cl)
-		dc, cc := Summarize("", directChunked), Summarize("", chunked)
-		notes = append(notes, fmt.Sprintf("toron / direct MB/s: Content-Length %.2f, chunked %.2f (of direct chunked; %.2f of direct Content-Length); toron peak RSS %s after %d x %d-byte uploads at once",
-			c.MBps()/d.MBps(), cc.MBps()/dc.MBps(), cc.MBps()/d.MBps(), mib(rss), o.uploads, o.uploadBytes))
+		return missed
 	}
-	rows := summarizeAll(series)
-	var checks []check
-	for _, r := range rows {
-		checks = append(checks, check{fmt.Sprintf("%s: every upload arrived whole (%s)", r.Name, r.ErrorsText()), len(r.Errors) == 0})
+
+	dir := filepath.Join(o.out, o.scenario+"-toron")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("loadtest: cannot create %s: %w", dir, err)
 	}
+	up, err := startUpstreamProcess(dir)
+	if err != nil {
+		return err
+	}
+	defer up.Stop()
+	upAddr := strings.TrimPrefix(up.URL(), "http://")
+	gw, err := StartToron(o.toron, dir, RouteOptions{Upstream: upAddr, ReportsMaxConcurrency: o.bulkhead})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("loadtest upload: upstream %s (pid %d), gateway %s (pid %d), files in %s\n", up.URL(), up.PID(), gw.URL(), gw.PID(), dir)
+	type target struct{ name, url string }
+	targets := []target{{"direct", up.URL()}, {"toron", gw.URL()}}
+	if o.reference {
+		naive, err := startNaiveProxy(dir, upAddr)
+		if err != nil {
+			gw.Stop()
+			return err
+		}
+		defer naive.Stop()
+		targets = append(targets, target{"naive fasthttp proxy", naive.URL()})
+	}
+	framings := []struct {
+		name    string
+		chunked bool
+	}{{"Content-Length", false}, {"chunked", true}}
+	// results[framing][target] holds one batch per round; mbps the same as MB/s.
+	results := make([][][][]vegeta.Result, len(framings))
+	mbps := make([][][]float64, len(framings))
+	for f := range framings {
+		results[f] = make([][][]vegeta.Result, len(targets))
+		mbps[f] = make([][]float64, len(targets))
+	}
+	baseRSS := procStatusBytes(gw.PID(), "VmRSS:")
+	// A warm-up round of short uploads, not counted: first connections, page faults and TCP
+	// buffer growth would otherwise weigh on the first round's first series only.
+	for _, fr := range framings {
+		for _, tg := range targets {
+			w := spec
+			w.Name, w.URL, w.Chunked, w.Size = "warm-up", tg.url+"/legacy/upload", fr.chunked, min(spec.Size, warmUpBytes)
+			if s := Summarize("", Uploads(w)); s.OK != s.Requests {
+				fmt.Printf("upload warm-up: %s (%s) failed: %s\n", tg.name, fr.name, s.ErrorsText())
+			}
+		}
+	}
+	for round := 1; round <= o.rounds; round++ {
+		for f, fr := range framings {
+			// The order of the targets turns by one each round, so that none of them always runs
+			// first (on a cold machine) or right after the same neighbour.
+			for i := range targets {
+				t := (i + round) % len(targets)
+				tg := targets[t]
+				spec.Name, spec.URL, spec.Chunked = tg.name, tg.url+"/legacy/upload", fr.chunked
+				rs := Uploads(spec)
+				results[f][t] = append(results[f][t], rs)
+				mbps[f][t] = append(mbps[f][t], Summarize("", rs).MBps())
+			}
+		}
+		fmt.Printf("upload round %d/%d: %s\n", round, o.rounds, roundText(framings[0].name, mbps[0], len(mbps[0][0])-1)+"; "+roundText(framings[1].name, mbps[1], len(mbps[1][0])-1))
+	}
+	peakRSS := gw.PeakRSSBytes()
+	runErr := gw.Stop()
+
+	var series []Series
+	var rows []Summary
+	for f, fr := range framings {
+		for t, tg := range targets {
+			name := fmt.Sprintf("%s (%s)", tg.name, fr.name)
+			series = append(series, Series{name, slices.Concat(results[f][t]...)})
+			rows = append(rows, SummarizeRounds(name, results[f][t]))
+		}
+	}
+	// ratio is the median over rounds of target t / direct in the same round.
+	ratio := func(f, t int) float64 {
+		rs := make([]float64, 0, o.rounds)
+		for r := range mbps[f][t] {
+			if d := mbps[f][0][r]; d > 0 {
+				rs = append(rs, mbps[f][t][r]/d)
+			}
+		}
+		return median(rs)
+	}
+	growth := peakRSS - baseRSS
+	rssLimit := int64(o.uploads)*64<<10 + 16<<20
+	clRatio, chRatio := ratio(0, 1), ratio(1, 1)
+	verifyText := "byte-exact (SHA-256 at the client and at the upstream)"
+	if !o.verify {
+		verifyText = "counted only (-verify=false: the endpoints do no work per byte, the worst case for any proxy)"
+	}
+	notes := []string{
+		fmt.Sprintf("uploads %s; medians of %d rounds of toron / direct in the same round:", verifyText, o.rounds),
+		fmt.Sprintf("  Content-Length %.2f (target >= %.2f), chunked %.2f of direct chunked (target >= %.2f)", clRatio, o.minCLRatio, chRatio, o.minChunkRatio),
+	}
+	if o.reference {
+		notes = append(notes, fmt.Sprintf("  naive fasthttp proxy, same rounds: Content-Length %.2f, chunked %.2f (issue 5 measured 0.83 and 0.33)", ratio(0, 2), ratio(1, 2)))
+	}
+	notes = append(notes,
+		fmt.Sprintf("toron RSS before the uploads %s, peak %s: growth %s (limit %d x 64 KiB + 16 MiB = %s)", mib(baseRSS), mib(peakRSS), mib(growth), o.uploads, mib(rssLimit)),
+		fmt.Sprintf("RESULT upload verify=%v rounds=%d cl_ratio=%.3f chunked_ratio=%.3f cl_rounds=%s chunked_rounds=%s naive_cl_ratio=%.3f naive_chunked_ratio=%.3f rss_base_mib=%.1f rss_peak_mib=%.1f rss_growth_mib=%.1f",
+			o.verify, o.rounds, clRatio, chRatio, roundRatios(mbps[0]), roundRatios(mbps[1]), refRatio(o, ratio, 0), refRatio(o, ratio, 1),
+			float64(baseRSS)/(1<<20), float64(peakRSS)/(1<<20), float64(growth)/(1<<20)))
+	checks := uploadChecks(rows)
+	checks = append(checks,
+		check{fmt.Sprintf("toron / direct with a Content-Length %.2f >= %.2f", clRatio, o.minCLRatio), clRatio >= o.minCLRatio},
+		check{fmt.Sprintf("toron / direct chunked %.2f >= %.2f", chRatio, o.minChunkRatio), chRatio >= o.minChunkRatio},
+		check{fmt.Sprintf("toron RSS growth %s <= %s", mib(growth), mib(rssLimit)), baseRSS > 0 && growth <= rssLimit})
 	lines, missed := verdict(checks)
 	notes = append(notes, lines...)
-	title := fmt.Sprintf("upload: %d concurrent uploads of %d bytes, generated on the fly", o.uploads, o.uploadBytes)
-	if err := report(o, "upload", title, series, rows, notes, true); err != nil {
+	if err := report(o, "upload", uploadTitle(o), series, rows, notes, true); err != nil {
 		return err
 	}
 	return firstErr(runErr, missed)
+}
+
+// warmUpBytes is the size of the warm-up uploads.
+const warmUpBytes = 20_000_000
+
+func uploadTitle(o options) string {
+	return fmt.Sprintf("upload: %d concurrent uploads of %d bytes, generated on the fly", o.uploads, o.uploadBytes)
+}
+
+// uploadChecks: every upload arrived whole (byte-exact with -verify).
+func uploadChecks(rows []Summary) []check {
+	var checks []check
+	for _, r := range rows {
+		checks = append(checks, check{fmt.Sprintf("%s: every upload arrived whole (%s)", r.Name, r.ErrorsText()), len(r.Errors) == 0 && r.Requests > 0})
+	}
+	return checks
+}
+
+// roundText renders one round's MB/s of every target, such as "Content-Length 812/600/640".
+func roundText(framing string, mbps [][]float64, round int) string {
+	parts := make([]string, len(mbps))
+	for t := range mbps {
+		parts[t] = fmt.Sprintf("%.0f", mbps[t][round])
+	}
+	return framing + " MB/s " + strings.Join(parts, "/")
+}
+
+// roundRatios renders toron / direct of each round, such as "0.81,0.79,0.84".
+func roundRatios(mbps [][]float64) string {
+	parts := make([]string, len(mbps[0]))
+	for r := range mbps[0] {
+		parts[r] = fmt.Sprintf("%.2f", mbps[1][r]/mbps[0][r])
+	}
+	return strings.Join(parts, ",")
+}
+
+func refRatio(o options, ratio func(f, t int) float64, f int) float64 {
+	if !o.reference {
+		return 0
+	}
+	return ratio(f, 2)
 }
 
 // isolationServer is what the isolation scenario measures: the gateway, or nginx for reference.

@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net"
 	"strconv"
@@ -19,7 +22,9 @@ import (
 //
 //	/legacy/reports?delay=D            after D (default 0), a small JSON line
 //	/legacy/upload, /legacy/stream-upload, /upload
-//	                                   reads the body in constant memory, discards and counts it
+//	                                   reads the body in constant memory, hashes (SHA-256) and
+//	                                   counts it, answers {"bytes":N,"sha256":"..."}; with
+//	                                   ?verify=none it only counts (sha256 is then "")
 //	anything else (/api/...)           at once, a small JSON object; ?size=N streams N bytes
 //	                                   instead (slow-read targets)
 //
@@ -163,32 +168,51 @@ func (u *Upstream) serveReport(ctx *fasthttp.RequestCtx) {
 }
 
 func (u *Upstream) serveSink(ctx *fasthttp.RequestCtx) {
+	var h hash.Hash
+	if string(ctx.QueryArgs().Peek("verify")) != "none" {
+		h = sha256.New()
+	}
 	var n int64
 	if stream := ctx.RequestBodyStream(); stream != nil {
 		var err error
-		n, err = drain(stream)
+		n, err = drainInto(h, stream)
 		u.UploadBytes.Add(n)
 		if err != nil {
 			ctx.Error(`{"error":"400 Bad Request: body read failed"}`, fasthttp.StatusBadRequest)
 			return
 		}
 	} else {
-		n = int64(len(ctx.PostBody()))
+		body := ctx.PostBody()
+		n = int64(len(body))
+		if h != nil {
+			h.Write(body)
+		}
 		u.UploadBytes.Add(n)
 	}
 	u.Uploads.Add(1)
+	sum := ""
+	if h != nil {
+		sum = hex.EncodeToString(h.Sum(nil))
+	}
 	ctx.SetContentType("application/json")
-	ctx.SetBodyString(`{"bytes":` + strconv.FormatInt(n, 10) + `}`)
+	ctx.SetBodyString(`{"bytes":` + strconv.FormatInt(n, 10) + `,"sha256":"` + sum + `"}`)
 }
 
 // drain reads r to its end through a pooled buffer and returns the byte count.
-func drain(r io.Reader) (int64, error) {
+func drain(r io.Reader) (int64, error) { return drainInto(nil, r) }
+
+// drainInto reads r to its end through a pooled buffer, writes what it read to h unless h is
+// nil, and returns the byte count.
+func drainInto(h hash.Hash, r io.Reader) (int64, error) {
 	bp := sinkBuffers.Get().(*[]byte)
 	defer sinkBuffers.Put(bp)
 	var n int64
 	for {
 		m, err := r.Read(*bp)
 		n += int64(m)
+		if h != nil {
+			h.Write((*bp)[:m])
+		}
 		if errors.Is(err, io.EOF) {
 			return n, nil
 		}

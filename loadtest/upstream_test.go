@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -62,7 +63,7 @@ func TestUploadsArriveWholeBothFramings(t *testing.T) {
 	up := startUpstream(t)
 	const size = 3<<20 + 17
 	for _, chunked := range []bool{false, true} {
-		rs := Uploads(up.URL()+"/legacy/upload", 3, size, chunked, 10*time.Second, "upload")
+		rs := Uploads(UploadSpec{Name: "upload", URL: up.URL() + "/legacy/upload", N: 3, Size: size, Chunked: chunked, Verify: true, Timeout: 10 * time.Second})
 		s := Summarize("upload", rs)
 		if s.OK != 3 {
 			t.Fatalf("chunked=%v: %d of 3 uploads ok (%s)", chunked, s.OK, s.ErrorsText())
@@ -149,5 +150,66 @@ func TestGeneratedFilesPassCheck(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("-check output lacks route %s", want)
 		}
+	}
+}
+
+func TestUploadVerification(t *testing.T) {
+	up := startUpstream(t)
+	const size = 1<<20 + 3
+	// Counted only: the sink answers no hash, and the upload passes on its byte count.
+	rs := Uploads(UploadSpec{Name: "count", URL: up.URL() + "/legacy/upload", N: 1, Size: size, Timeout: 10 * time.Second})
+	if s := Summarize("", rs); s.OK != 1 {
+		t.Fatalf("-verify=false upload failed: %s", s.ErrorsText())
+	}
+	if !strings.HasSuffix(rs[0].URL, "?verify=none") {
+		t.Errorf("a counted-only upload went to %s, want ?verify=none", rs[0].URL)
+	}
+
+	// A server that receives every byte but reports another hash: a verified upload fails.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		io.WriteString(w, `{"bytes":`+strconv.FormatInt(n, 10)+`,"sha256":"00"}`)
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	rs = Uploads(UploadSpec{Name: "verify", URL: "http://" + ln.Addr().String() + "/legacy/upload", N: 1, Size: size, Verify: true, Timeout: 10 * time.Second})
+	if rs[0].Error == "" || !strings.HasPrefix(rs[0].Error, "corrupt") {
+		t.Errorf("a wrong hash was not reported: error %q", rs[0].Error)
+	}
+}
+
+func TestNaiveProxyForwardsUploads(t *testing.T) {
+	up := startUpstream(t)
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	done := make(chan error, 1)
+	go func() { done <- serveNaiveProxy(options{listen: addr, upstream: up.Addr(), lifetime: 3 * time.Second}) }()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the naive proxy does not listen: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, chunked := range []bool{false, true} {
+		rs := Uploads(UploadSpec{Name: "naive", URL: "http://" + addr + "/legacy/upload", N: 2, Size: 2<<20 + 1, Chunked: chunked, Verify: true, Timeout: 10 * time.Second})
+		if s := Summarize("", rs); s.OK != 2 {
+			t.Errorf("chunked=%v: %d of 2 uploads through the naive proxy arrived byte-exact (%s)", chunked, s.OK, s.ErrorsText())
+		}
+	}
+	if err := <-done; err != nil {
+		t.Errorf("the naive proxy ended with %v", err)
 	}
 }

@@ -195,7 +195,7 @@ for round in $(seq "$ROUNDS"); do
 		# proxy nor the upstream spent. Above a few percent the round was disturbed.
 		foreign=$(awk -v b=$((busy_after - busy_before)) -v o=$((ours_after - ours_before)) -v n=$((total_after - total_before)) \
 			'BEGIN { f = (n > 0) ? 100 * (b - o) / n : 0; if (f < 0) f = 0; printf "%.0f", f }')
-		up_out=$(taskset -c "$LOAD_CPU" "$LT" -scenario upload -target "http://127.0.0.1:${port[$t]}/legacy/upload" \
+		up_out=$(taskset -c "$LOAD_CPU" "$LT" -scenario upload -verify=false -target "http://127.0.0.1:${port[$t]}/legacy/upload" \
 			-uploads "$UPLOADS" -upload-bytes "$UPLOAD_BYTES" -label "$t" -out "$tmp/upload-$t" 2>&1 || true)
 		mbps=$(sed -n 's/^RESULT upload_mbps=\([0-9.]*\) failed=\([0-9]*\).*/\1/p' <<<"$up_out")
 		failed=$(sed -n 's/^RESULT upload_mbps=\([0-9.]*\) failed=\([0-9]*\).*/\2/p' <<<"$up_out")

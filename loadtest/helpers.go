@@ -1,0 +1,94 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// The upload scenario's reference: the reverse proxy an engineer writes in ten lines with
+// fasthttp (StreamRequestBody on the server, HostClient.Do with the request as it came, the
+// response streamed back), with none of Toron's limits, deadlines or framing checks. Issue 5
+// set Toron's upload targets against such a proxy (0.83 of direct with a Content-Length, 0.33
+// chunked, where fasthttp copies through 4 KiB buffers); running it in the same rounds shows
+// whether this machine and harness reproduce those conditions.
+
+// serveNaiveProxy is the naive-proxy helper scenario: it listens on -listen and forwards every
+// request to -upstream until SIGINT, SIGTERM or -lifetime.
+func serveNaiveProxy(o options) error {
+	if o.upstream == "" {
+		return fmt.Errorf("loadtest: naive-proxy needs -upstream host:port")
+	}
+	hc := &fasthttp.HostClient{Addr: o.upstream, StreamResponseBody: true}
+	srv := &fasthttp.Server{
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			if err := hc.Do(&ctx.Request, &ctx.Response); err != nil {
+				ctx.Error("naive proxy: "+err.Error(), fasthttp.StatusBadGateway)
+			}
+		},
+		StreamRequestBody:            true,
+		DisablePreParseMultipartForm: true,
+		MaxRequestBodySize:           1 << 40,
+		CloseOnShutdown:              true,
+		Name:                         "loadtest-naive-proxy",
+	}
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("loadtest: naive proxy cannot listen on %s: %w", o.listen, err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Printf("loadtest naive proxy on %s -> %s (pid %d)\n", ln.Addr(), o.upstream, os.Getpid())
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	select {
+	case <-sig:
+	case err := <-served:
+		return err
+	case <-time.After(o.lifetime):
+	}
+	err = srv.Shutdown()
+	hc.CloseIdleConnections()
+	return err
+}
+
+// startUpstreamProcess starts this program as the upstream helper (a separate process: in the
+// upload scenario the client, the gateway and the upstream are three programs, as in
+// production, and none of them shares a Go runtime with another).
+func startUpstreamProcess(dir string) (*process, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("loadtest: cannot find its own binary for the upstream: %w", err)
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, "-scenario", "upstream", "-listen", "127.0.0.1:"+strconv.Itoa(port))
+	return startProcess("the upstream", cmd, port, filepath.Join(dir, "upstream.log"), syscall.SIGTERM)
+}
+
+// startNaiveProxy starts this program as the naive-proxy helper in front of upstream (a
+// separate process, like the gateway, so that it competes for the same cores the same way).
+func startNaiveProxy(dir, upstream string) (*process, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("loadtest: cannot find its own binary for the naive proxy: %w", err)
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, "-scenario", "naive-proxy", "-upstream", upstream,
+		"-listen", "127.0.0.1:"+strconv.Itoa(port))
+	return startProcess("the naive proxy", cmd, port, filepath.Join(dir, "naive-proxy.log"), syscall.SIGTERM)
+}
