@@ -65,30 +65,27 @@ func serveNaiveProxy(o options) error {
 // upload scenario the client, the gateway and the upstream are three programs, as in
 // production, and none of them shares a Go runtime with another).
 func startUpstreamProcess(dir string) (*process, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("loadtest: cannot find its own binary for the upstream: %w", err)
-	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(self, "-scenario", "upstream", "-listen", "127.0.0.1:"+strconv.Itoa(port))
-	return startProcess("the upstream", cmd, port, filepath.Join(dir, "upstream.log"), syscall.SIGTERM)
+	return startHelper(dir, "upstream")
 }
 
 // startNaiveProxy starts this program as the naive-proxy helper in front of upstream (a
 // separate process, like the gateway, so that it competes for the same cores the same way).
 func startNaiveProxy(dir, upstream string) (*process, error) {
+	return startHelper(dir, "naive-proxy", "-upstream", upstream)
+}
+
+// startHelper starts this program as the helper scenario on a free loopback port, with its log
+// in dir/SCENARIO.log, and waits until it answers /health.
+func startHelper(dir, scenario string, args ...string) (*process, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("loadtest: cannot find its own binary for the naive proxy: %w", err)
+		return nil, fmt.Errorf("loadtest: cannot find its own binary for the %s helper: %w", scenario, err)
 	}
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, "-scenario", "naive-proxy", "-upstream", upstream,
-		"-listen", "127.0.0.1:"+strconv.Itoa(port))
-	return startProcess("the naive proxy", cmd, port, filepath.Join(dir, "naive-proxy.log"), syscall.SIGTERM)
+	args = append([]string{"-scenario", scenario, "-listen", "127.0.0.1:" + strconv.Itoa(port)}, args...)
+	cmd := exec.Command(self, args...)
+	return startProcess("the "+scenario+" helper", cmd, port, filepath.Join(dir, scenario+".log"), syscall.SIGTERM)
 }
