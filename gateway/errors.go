@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"io"
 	"net"
 	"os"
 	"syscall"
@@ -140,6 +141,11 @@ func isTimeout(err error) bool {
 func isClientGone(err error) bool {
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, net.ErrClosed) || errors.Is(err, errClientEOF)
+}
+
+// isEOF reports the end of the client's stream in the middle of a read.
+func isEOF(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // errClientEOF marks a body that ended before its declared length: the client left mid-upload.

@@ -79,6 +79,9 @@ func (g *Gateway) onHeaders(h *fasthttp.RequestHeader) (rc fasthttp.RequestConfi
 func (g *Gateway) decide(h *fasthttp.RequestHeader, x *exchange) {
 	snap := g.snap.Load()
 	x.snap = snap
+	if isHigherHTTP1(h.Protocol()) {
+		processAsHTTP11(h)
+	}
 	cl := h.ContentLength()
 	x.chunked = cl == -1
 	x.bodyAnnounced = cl > 0 || x.chunked
@@ -86,6 +89,8 @@ func (g *Gateway) decide(h *fasthttp.RequestHeader, x *exchange) {
 	// Step 2: framing. Anything ambiguous closes the connection.
 	if err := validateHeaders(h); err != nil {
 		x.bodyAnnounced = true
+		// The answer still gets an id, generated: nothing in a malformed request is trusted.
+		x.setRequestID(nil)
 		x.reject(rejBadRequest)
 		return
 	}
@@ -183,7 +188,9 @@ func (g *Gateway) onError(ctx *fasthttp.RequestCtx, err error) {
 	case x.active.Load() && x.rej != nil:
 		g.writeRejection(ctx, x, x.rej)
 	case x.active.Load():
-		if isClientGone(err) {
+		if isClientGone(err) || (x.bodyAnnounced && isEOF(err)) {
+			// Including a client that closed before fasthttp's pre-read of the body's first
+			// bytes completed: it left, it did not send a malformed request.
 			x.status, x.reason = statusClientClosed, reasonClientAbort
 			cc.forceClose()
 			break

@@ -207,8 +207,36 @@ var (
 
 var (
 	hdrTransferEncoding = []byte("Transfer-Encoding")
+	hdrConnectionName   = []byte("Connection")
 	chunked             = []byte("chunked")
+	tokenClose          = []byte("close")
+	protoHTTP11         = []byte("HTTP/1.1")
 )
+
+// isHigherHTTP1 reports HTTP/1.2 to HTTP/1.9.
+func isHigherHTTP1(proto []byte) bool {
+	return len(proto) == len(protoHTTP11) && bytes.HasPrefix(proto, http1Prefix) && proto[7] >= '2' && proto[7] <= '9'
+}
+
+// processAsHTTP11 makes an HTTP/1.2-1.9 request an HTTP/1.1 one (SPEC 7: a higher 1.x is
+// processed as 1.1). fasthttp parsed its header as HTTP/1.0, so it marked the connection to close
+// unless the client asked for keep-alive; the connection now stays open unless the client sent
+// Connection: close, read from the raw header. fasthttp also refuses such a request when it
+// carries Transfer-Encoding, before this hook runs: that case stays a 400 (README, known gaps).
+func processAsHTTP11(h *fasthttp.RequestHeader) {
+	h.SetProtocolBytes(protoHTTP11)
+	h.ResetConnectionClose()
+	raw := h.RawHeaders()
+	for len(raw) > 0 {
+		var line []byte
+		line, raw, _ = bytes.Cut(raw, []byte{'\n'})
+		name, value, ok := bytes.Cut(line, []byte{':'})
+		if ok && equalFold(name, hdrConnectionName) && headerListHas(bytes.TrimSpace(value), tokenClose) {
+			h.SetConnectionClose()
+			return
+		}
+	}
+}
 
 func isDecimal(b []byte) bool {
 	if len(b) == 0 || len(b) > 18 {

@@ -170,7 +170,17 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 	x.scratch = uri
 	out.SetRequestURIBytes(uri)
 	req.UseHostHeader = true
-	out.SetHostBytes(in.Host())
+	// The upstream sees the client's headers, not fasthttp's defaults: no Content-Type is
+	// invented for a body that came without one.
+	out.SetNoDefaultContentType(true)
+	host := in.Host()
+	if len(host) == 0 {
+		// Only HTTP/1.0 may come without a Host (validateHeaders); the upstream request needs
+		// one, so it names the target, as nginx's proxy_pass does by default.
+		out.SetHost(x.route.client.Addr)
+	} else {
+		out.SetHostBytes(host)
+	}
 
 	connTokens := in.Peek(fasthttp.HeaderConnection)
 	// X-Forwarded-For: every previous hop (several header lines are one list, RFC 9110 5.3),
@@ -193,7 +203,9 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 	x.xff = buf
 	out.SetBytesKV(hdrXForwardedFor, buf)
 	out.SetBytesKV(hdrXForwardedProto, protoHTTP)
-	out.SetBytesKV(hdrXForwardedHost, in.Host())
+	if len(host) > 0 {
+		out.SetBytesKV(hdrXForwardedHost, host)
+	}
 	out.SetBytesKV(headerRequestID, x.reqID)
 }
 

@@ -1,0 +1,113 @@
+package gateway
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// TestHigherHTTP1ProcessedAsHTTP11: HTTP/1.2 keeps the connection alive like HTTP/1.1 (SPEC 7),
+// unless the client sends Connection: close.
+func TestHigherHTTP1ProcessedAsHTTP11(t *testing.T) {
+	up := startUpstream(t, echoHandler)
+	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
+	c, err := net.Dial("tcp", gw.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET /api/a HTTP/1.2\r\nHost: a\r\n\r\nGET /api/b HTTP/1.2\r\nHost: a\r\nConnection: close\r\n\r\n")
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	for i, path := range []string{"/api/a", "/api/b"} {
+		resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
+		if err != nil {
+			t.Fatalf("response %d: %v (HTTP/1.2 must keep the connection open)", i+1, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("X-Echo-Path") != "|"+path {
+			t.Errorf("response %d: %d for %q, want 200 for %s", i+1, resp.StatusCode, resp.Header.Get("X-Echo-Path"), path)
+		}
+		if wantClose := i == 1; resp.Close != wantClose {
+			t.Errorf("response %d: Connection: close is %v, want %v", i+1, resp.Close, wantClose)
+		}
+	}
+}
+
+// TestHTTP10WithoutHost: an HTTP/1.0 request may omit Host; it is forwarded with the target as
+// Host and no X-Forwarded-Host, instead of failing as a 502.
+func TestHTTP10WithoutHost(t *testing.T) {
+	up := startUpstream(t, echoHandler)
+	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
+	r := rawRequest(t, gw.addr, "GET /api/x HTTP/1.0\r\n\r\n")
+	if r.StatusCode != 200 {
+		t.Fatalf("HTTP/1.0 without Host: %d %s", r.StatusCode, r.body)
+	}
+	if h := r.Header.Get("X-Echo-Host"); h != up.addr {
+		t.Errorf("the upstream saw Host %q, want the target %q", h, up.addr)
+	}
+	if v := r.Header.Get("X-Echo-H-X-Forwarded-Host"); v != "" {
+		t.Errorf("X-Forwarded-Host %q for a request without Host", v)
+	}
+}
+
+// TestNoInventedContentType: a body without Content-Type reaches the upstream without one, in
+// every way a body is forwarded (buffered, normalized chunked, streamed).
+func TestNoInventedContentType(t *testing.T) {
+	up := startUpstream(t, echoHandler)
+	gw := startGateway(t, "stream_threshold_bytes: 16\n", upstreamRoute("/api", up.addr, ""))
+	for name, req := range map[string]string{
+		"buffered":            "POST /api HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello",
+		"streamed":            "POST /api HTTP/1.1\r\nHost: a\r\nContent-Length: 20\r\n\r\n01234567890123456789",
+		"chunked, normalized": "POST /api HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+	} {
+		r := rawRequest(t, gw.addr, req)
+		if r.StatusCode != 200 {
+			t.Errorf("%s: %d", name, r.StatusCode)
+		}
+		if ct, ok := up.lastRequest().Header["Content-Type"]; ok {
+			t.Errorf("%s: the upstream saw Content-Type %q, the client sent none", name, ct)
+		}
+	}
+}
+
+// TestEarlyClientAbortIs499: a client that leaves before the first bytes of its body arrived is
+// a client that left (499, client_abort), not a malformed request.
+func TestEarlyClientAbortIs499(t *testing.T) {
+	up := startUpstream(t, echoHandler)
+	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
+	before := scrape(t, gw.addr)
+	c, err := net.Dial("tcp", gw.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c, "POST /api HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\n0123456789")
+	time.Sleep(100 * time.Millisecond)
+	c.Close()
+	waitIdle(t, gw.g)
+	after := scrape(t, gw.addr)
+	key499 := `toron_requests_total{route="/api",code="499"}`
+	key400 := `toron_requests_total{route="/api",code="400"}`
+	if after[key499]-before[key499] != 1 || after[key400] != before[key400] {
+		t.Errorf("499: %v -> %v, 400: %v -> %v; want one more 499 and no 400", before[key499], after[key499], before[key400], after[key400])
+	}
+}
+
+// TestHeaderLevelRejectHasRequestID: the header-level 400 carries a generated X-Request-Id,
+// never the client's.
+func TestHeaderLevelRejectHasRequestID(t *testing.T) {
+	up := startUpstream(t, echoHandler)
+	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
+	// Obsolete line folding: fasthttp joins the lines, Toron's header check refuses them.
+	r := rawRequest(t, gw.addr, "GET /api HTTP/1.1\r\nHost: a\r\nX-Request-Id: mine\r\nX-A: b\r\n c\r\n\r\n")
+	if r.StatusCode != 400 {
+		t.Fatalf("status %d", r.StatusCode)
+	}
+	if id := r.Header.Get("X-Request-Id"); id == "" || id == "mine" {
+		t.Errorf("X-Request-Id %q, want a generated one", id)
+	}
+}
