@@ -426,3 +426,84 @@ func TestElevatedRouteReusesUpstreamConns(t *testing.T) {
 	}
 	waitIdle(t, gw.g)
 }
+
+// TestElevatedRouteDropsStaleUpstreamConns: an upstream that closes idle keep-alive connections
+// sooner than upstream_idle_timeout does not turn the next POST on an elevated route into a
+// 502: a lent connection that sat idle is checked, and redialled when the upstream closed it.
+func TestElevatedRouteDropsStaleUpstreamConns(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{IdleTimeout: 150 * time.Millisecond, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.URL.Query().Get("slow") != "" {
+			time.Sleep(200 * time.Millisecond)
+		}
+		io.WriteString(w, "ok")
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	gw := startGateway(t, "", upstreamRoute("/legacy", ln.Addr().String(), "max_concurrency: 4\nresponse_header_timeout: 30s"))
+	// A burst lends four clients at once; afterwards each POST may get any of them.
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Go(func() { getStatus(gw.addr, "/legacy/x?slow=1") })
+	}
+	wg.Wait()
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	for i := 0; i < 6; i++ {
+		time.Sleep(300 * time.Millisecond) // longer than the upstream's idle timeout
+		resp, err := c.Post("http://"+gw.addr+"/legacy/x", "text/plain", strings.NewReader("hello"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("POST %d after the upstream closed its idle connection: %d %s", i+1, resp.StatusCode, body)
+		}
+	}
+	waitIdle(t, gw.g)
+}
+
+// TestReloadRetiresWatchedConns: the upstream connection of a watched request that finishes
+// after a reload replaced its route is closed when it comes back, not kept by the old pool.
+func TestReloadRetiresWatchedConns(t *testing.T) {
+	release := make(chan struct{})
+	var closed atomic.Int64
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: slowHandler(release), ConnState: func(c net.Conn, s http.ConnState) {
+		if s == http.StateClosed {
+			closed.Add(1)
+		}
+	}}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	route := upstreamRoute("/legacy", ln.Addr().String(), "response_header_timeout: 30s")
+	gw := startGateway(t, "", route)
+	done := make(chan int)
+	go func() { s, _, _, _ := getStatus(gw.addr, "/legacy/x"); done <- s }()
+	bh := gw.g.stats.get("/legacy").bulkhead
+	deadline := time.Now().Add(5 * time.Second)
+	for bh.InFlight() < 1 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := gw.g.Reload(loadConfig(t, "", route)); err != nil {
+		t.Fatal(err)
+	}
+	release <- struct{}{}
+	if s := <-done; s != 200 {
+		t.Fatalf("status %d", s)
+	}
+	for closed.Load() < 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if closed.Load() < 1 {
+		t.Errorf("the old route's upstream connection stayed open after its request finished")
+	}
+	waitIdle(t, gw.g)
+}

@@ -75,6 +75,16 @@ func (r *route) closeIdle() {
 	}
 }
 
+// retire closes the idle upstream connections of a route a reload replaced. The connections
+// of its requests still in flight go back to fasthttp's pool after them and close after
+// upstream_idle_timeout; those of watched requests close as soon as they come back.
+func (r *route) retire() {
+	r.client.CloseIdleConnections()
+	if r.watched != nil {
+		r.watched.retire()
+	}
+}
+
 // New builds a gateway for cfg. It does not listen yet: call Serve or ListenAndServe.
 func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
 	if log == nil {
@@ -194,10 +204,9 @@ func (g *Gateway) Reload(cfg *conf.Config) error {
 	g.access.Store(cfg.Log.Access)
 	g.applySnapshot(snap)
 	g.reloads.Inc()
-	// Requests admitted under the old table finish with its clients; their idle connections
-	// are closed now, the busy ones when they are released.
+	// Requests admitted under the old table finish with its clients (route.retire).
 	for _, r := range old.routes {
-		r.closeIdle()
+		r.retire()
 	}
 	return nil
 }

@@ -213,6 +213,12 @@ var errClientLeft = errors.New("gateway: client closed the connection while the 
 // a connection closed within that window still fails as a 502, never as a wrong answer.
 const staleCheckAfter = 50 * time.Millisecond
 
+// idleAndClosed reports a connection that has been idle longer than staleCheckAfter and was
+// closed by the upstream meanwhile. Only for a connection no request is using.
+func (c *upstreamConn) idleAndClosed() bool {
+	return time.Since(c.lastRead) > staleCheckAfter && c.closedByPeer()
+}
+
 // closedByPeer reports an idle pooled connection that must not carry a request: the upstream
 // sent a FIN or a reset, or bytes nobody asked for. It runs before every reused request, so
 // the raw connection and the peek are set up once per connection, not per request.

@@ -32,6 +32,7 @@ type clientWatch struct {
 	gone atomic.Bool
 	stop chan struct{}
 	wg   sync.WaitGroup
+	once sync.Once
 }
 
 // watchClient starts watching cc while the request goes through wc. halt must be called once
@@ -67,11 +68,13 @@ func (w *clientWatch) run(cc *clientConn) {
 	}
 }
 
-// halt stops the watch and waits for its goroutine.
+// halt stops the watch and waits for its goroutine. It may be called more than once.
 func (w *clientWatch) halt() {
-	close(w.stop)
-	w.wg.Wait()
-	w.wc.watch.Store(nil)
+	w.once.Do(func() {
+		close(w.stop)
+		w.wg.Wait()
+		w.wc.watch.Store(nil)
+	})
 }
 
 // watchedClient is one upstream connection of an elevated route: a HostClient of at most one
@@ -92,31 +95,47 @@ func (wc *watchedClient) onDial(uc *upstreamConn) {
 }
 
 // watchedPool holds an elevated route's watched clients: at most max_upstream_conns in use at
-// once (slots), the idle ones in free.
+// once (slots), the idle ones in a stack, so that the most recently used connection is lent
+// first and the others can run out their idle time.
 type watchedPool struct {
 	route  *conf.Route
 	server *conf.Server
 	slots  *limits.WorkerPool
-	free   chan *watchedClient
+
+	mu      sync.Mutex
+	idle    []*watchedClient
+	retired bool
 }
 
 func newWatchedPool(r *conf.Route, s *conf.Server) *watchedPool {
-	n := r.Effective.MaxUpstreamConns
-	return &watchedPool{route: r, server: s, slots: limits.NewWorkerPool(n), free: make(chan *watchedClient, n)}
+	return &watchedPool{route: r, server: s, slots: limits.NewWorkerPool(r.Effective.MaxUpstreamConns)}
 }
 
-// get waits at most wait for a connection slot, then returns an idle client or a new one.
-// It reports false when no slot freed up in time.
+// get waits at most wait for a connection slot, then lends an idle client or a new one. It
+// reports false when no slot freed up in time.
+//
+// A lent client's connection is checked first when it has been idle: an upstream that closed
+// it (its own keep-alive timeout shorter than upstream_idle_timeout) would otherwise fail the
+// request once its body has been read, when SPEC 3 forbids a retry. The client then dials anew.
 func (p *watchedPool) get(wait time.Duration) (*watchedClient, bool, error) {
 	if !p.slots.Acquire(wait) {
 		return nil, false, nil
 	}
-	select {
-	case wc := <-p.free:
-		return wc, true, nil
-	default:
+	p.mu.Lock()
+	var wc *watchedClient
+	if n := len(p.idle); n > 0 {
+		wc = p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
 	}
-	wc := &watchedClient{}
+	p.mu.Unlock()
+	if wc != nil {
+		if uc := wc.up.Load(); uc != nil && uc.idleAndClosed() {
+			wc.hc.CloseIdleConnections()
+		}
+		return wc, true, nil
+	}
+	wc = &watchedClient{}
 	hc, err := newHostClient(p.route, p.server, wc.onDial)
 	if err != nil {
 		p.slots.Release()
@@ -126,30 +145,46 @@ func (p *watchedPool) get(wait time.Duration) (*watchedClient, bool, error) {
 	return wc, true, nil
 }
 
-// put gives back a client once its response was released. A client whose request was aborted
-// for a departed client is not reused: its connection is closed.
+// put takes a client back once its response was released. A client whose request was aborted
+// for a departed client, whose watch is still running (a panic skipped the halt), or that
+// comes back to a pool retired by a reload is not kept: its connection is closed.
 func (p *watchedPool) put(wc *watchedClient, reusable bool) {
-	if reusable {
-		select {
-		case p.free <- wc:
-			p.slots.Release()
-			return
-		default:
-		}
+	if w := wc.watch.Load(); w != nil {
+		w.halt()
+		reusable = false
 	}
-	wc.hc.CloseIdleConnections()
+	p.mu.Lock()
+	keep := reusable && !p.retired
+	if keep {
+		p.idle = append(p.idle, wc)
+	}
+	p.mu.Unlock()
+	if !keep {
+		wc.hc.CloseIdleConnections()
+	}
 	p.slots.Release()
 }
 
-// closeIdle closes the connections of the idle clients (a reload, the end of a test).
+// retire closes the idle clients' connections and makes the pool close those of the clients
+// still lent when they come back: a reload replaced the route.
+func (p *watchedPool) retire() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle, p.retired = nil, true
+	p.mu.Unlock()
+	for _, wc := range idle {
+		wc.hc.CloseIdleConnections()
+	}
+}
+
+// closeIdle closes the idle clients' connections (the end of a test).
 func (p *watchedPool) closeIdle() {
-	for {
-		select {
-		case wc := <-p.free:
-			wc.hc.CloseIdleConnections()
-		default:
-			return
-		}
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, wc := range idle {
+		wc.hc.CloseIdleConnections()
 	}
 }
 

@@ -225,7 +225,7 @@ func median(xs []float64) float64 {
 
 // explicitClasses are the error texts' prefixes that name their class themselves ("closed:
 // ...", "not-cut: ...").
-var explicitClasses = []string{"timeout", "reset", "refused", "eof", "closed", "not-cut", "short"}
+var explicitClasses = []string{"timeout", "reset", "refused", "eof", "closed", "not-cut", "short", "corrupt"}
 
 // SummarizeRounds is the row of a series measured in several phases (rounds): every result
 // counts, and the rate is over the sum of the phases' spans, not the time between them.
