@@ -63,10 +63,11 @@ type exchange struct {
 	xff     []byte
 
 	upResp *fasthttp.Response
-	// watched is the one-connection client of a watched request (elevated routes), held until
-	// the response was released; watchGone says its client left and it must not be reused.
-	watched   *watchedClient
-	watchPool *watchedPool
+	// upClient is the route's upstream client lent to this request, held until the response
+	// was released; watchGone says the client left an elevated request (its connection must not
+	// be reused).
+	upClient  *upstreamClient
+	upPool    *upstreamPool
 	watchGone bool
 	body      bodyReader
 	rs        respStream
@@ -136,10 +137,10 @@ func (x *exchange) finish() {
 		fasthttp.ReleaseResponse(x.upResp)
 		x.upResp = nil
 	}
-	if x.watched != nil {
+	if x.upClient != nil {
 		// After the response: its upstream connection is back in the client, idle or closed.
-		x.watchPool.put(x.watched, !x.watchGone)
-		x.watched, x.watchPool, x.watchGone = nil, nil, false
+		x.upPool.put(x.upClient, !x.watchGone)
+		x.upClient, x.upPool, x.watchGone = nil, nil, false
 	}
 	if x.holdsWorker {
 		x.holdsWorker = false

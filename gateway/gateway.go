@@ -61,29 +61,16 @@ type route struct {
 	name   string
 	eff    conf.Effective
 	stats  *routeStats
-	client *fasthttp.HostClient
-	// watched holds the one-connection clients of an elevated route's watched requests (nil on
-	// other routes).
-	watched *watchedPool
+	// pool holds the route's upstream connections (pool.go).
+	pool *upstreamPool
 }
 
 // closeIdle closes the route's idle upstream connections.
-func (r *route) closeIdle() {
-	r.client.CloseIdleConnections()
-	if r.watched != nil {
-		r.watched.closeIdle()
-	}
-}
+func (r *route) closeIdle() { r.pool.closeIdle() }
 
-// retire closes the idle upstream connections of a route a reload replaced. The connections
-// of its requests still in flight go back to fasthttp's pool after them and close after
-// upstream_idle_timeout; those of watched requests close as soon as they come back.
-func (r *route) retire() {
-	r.client.CloseIdleConnections()
-	if r.watched != nil {
-		r.watched.retire()
-	}
-}
+// retire closes the upstream connections of a route a reload replaced: the idle ones now, those
+// of its requests still in flight when they finish.
+func (r *route) retire() { r.pool.retire() }
 
 // New builds a gateway for cfg. It does not listen yet: call Serve or ListenAndServe.
 func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
@@ -159,15 +146,12 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config) (*snapshot, error) {
 	entries := make([]tableEntry, len(cfg.Routes))
 	for i := range cfg.Routes {
 		rc := &cfg.Routes[i]
-		hc, err := newHostClient(rc, &cfg.Server, nil)
+		pool, err := newUpstreamPool(rc, &cfg.Server)
 		if err != nil {
 			return nil, err
 		}
 		st := g.stats.get(rc.Name)
-		rt := &route{name: rc.Name, eff: rc.Effective, stats: st, client: hc, conf: rc, server: &cfg.Server}
-		if rc.Effective.Elevated {
-			rt.watched = newWatchedPool(rc, &cfg.Server)
-		}
+		rt := &route{name: rc.Name, eff: rc.Effective, stats: st, pool: pool, conf: rc, server: &cfg.Server}
 		snap.routes = append(snap.routes, rt)
 		entries[i] = tableEntry{Host: rc.Host, Prefix: rc.Prefix, Methods: rc.Methods}
 	}

@@ -31,34 +31,33 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 		return
 	}
 
-	hc := r.client
-	var watch *clientWatch
-	if r.watched != nil {
-		// Watched requests go through the route's one-connection clients; max_upstream_conns
-		// bounds them, waiting at most connect_timeout for one, as the pooled client does.
-		wc, ok, err := r.watched.get(r.eff.ConnectTimeout)
-		switch {
-		case err != nil:
-			// Not reachable: the route's target was parsed when the route was built.
-			hc = r.client
-		case !ok:
-			fasthttp.ReleaseRequest(req)
-			x.body.release()
-			cc.bodyPhase = false
-			g.writeRejection(ctx, x, rejUpstreamDialTimeout)
-			if x.bodyAnnounced {
-				ctx.SetConnectionClose()
-			}
-			x.finish()
-			return
-		default:
-			x.watched, x.watchPool = wc, r.watched
-			hc = wc.hc
-			watch = watchClient(cc, wc)
+	// The route's upstream client: max_upstream_conns bounds them, a request waits at most
+	// connect_timeout for one.
+	uc, ok, err := r.pool.get(r.eff.ConnectTimeout)
+	if !ok {
+		fasthttp.ReleaseRequest(req)
+		x.body.release()
+		cc.bodyPhase = false
+		rej := rejUpstreamDialTimeout
+		if err != nil {
+			// Not reachable: the pool built a client from the same route when it was loaded.
+			rej = rejInternal
 		}
+		g.writeRejection(ctx, x, rej)
+		if x.bodyAnnounced {
+			ctx.SetConnectionClose()
+		}
+		x.finish()
+		return
+	}
+	x.upClient, x.upPool = uc, r.pool
+	hc := uc.hc
+	var watch *clientWatch
+	if r.eff.Elevated {
+		watch = watchClient(cc, uc)
 	}
 	start := time.Now()
-	err := hc.Do(req, resp)
+	err = hc.Do(req, resp)
 	if sent := x.body.sentAt; sent.After(start) {
 		// A streamed body: the wait for the headers starts once it was forwarded.
 		start = sent
@@ -177,7 +176,7 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 	if len(host) == 0 {
 		// Only HTTP/1.0 may come without a Host (validateHeaders); the upstream request needs
 		// one, so it names the target, as nginx's proxy_pass does by default.
-		out.SetHost(x.route.client.Addr)
+		out.SetHost(x.route.pool.addr)
 	} else {
 		out.SetHostBytes(host)
 	}

@@ -42,7 +42,8 @@ type upstreamTimeouts struct {
 	write time.Duration
 }
 
-// newHostClient builds a route's upstream client (SPEC 3 step 9).
+// newHostClient builds one of a route's upstream clients (SPEC 3 step 9): a HostClient of one
+// connection, lent by the route's upstreamPool.
 //
 // fasthttp's HostClient applies ReadTimeout from the end of the request write until the whole
 // response body is read and WriteTimeout to the whole request write, and retries idempotent
@@ -50,8 +51,8 @@ type upstreamTimeouts struct {
 // timeouts are off here: the connections come from our Dial as *upstreamConn, which arm their
 // own deadlines, and RetryIfErr retries only what cannot have reached the upstream.
 //
-// onDial, when not nil, is told about every connection the client dials: the watched clients of
-// elevated routes use it to reach their one connection (see watchedClient).
+// onDial is told about every connection the client dials: the route's pool uses it to know the
+// one connection of each of its clients (pool.go).
 func newHostClient(r *conf.Route, s *conf.Server, onDial func(*upstreamConn)) (*fasthttp.HostClient, error) {
 	u, err := url.Parse(r.Target)
 	if err != nil {
@@ -65,14 +66,15 @@ func newHostClient(r *conf.Route, s *conf.Server, onDial func(*upstreamConn)) (*
 		NoDefaultUserAgentHeader:      true,
 		DisablePathNormalizing:        true,
 		DisableHeaderNamesNormalizing: false,
-		MaxConns:                      r.Effective.MaxUpstreamConns,
-		MaxConnWaitTimeout:            r.Effective.ConnectTimeout,
-		MaxIdleConnDuration:           s.UpstreamIdleTimeout,
-		ReadBufferSize:                upstreamReadBufferSize,
-		WriteBufferSize:               upstreamWriteBufferSize,
-		StreamResponseBody:            true,
-		MaxIdemponentCallAttempts:     3,
-		RetryIfErr:                    retryIfStale,
+		// One connection per client: the route's pool holds max_upstream_conns clients.
+		MaxConns:                  1,
+		MaxConnWaitTimeout:        r.Effective.ConnectTimeout,
+		MaxIdleConnDuration:       s.UpstreamIdleTimeout,
+		ReadBufferSize:            upstreamReadBufferSize,
+		WriteBufferSize:           upstreamWriteBufferSize,
+		StreamResponseBody:        true,
+		MaxIdemponentCallAttempts: 3,
+		RetryIfErr:                retryIfStale,
 		Dial: func(addr string) (net.Conn, error) {
 			c, err := dialer.Dial("tcp", addr)
 			if err != nil {
