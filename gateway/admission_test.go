@@ -213,10 +213,7 @@ func TestWorkerPoolSaturatedWhileHealthAnswers(t *testing.T) {
 	}
 	// A headers-only client declaring a body gets the pool's 503 without sending it, and the
 	// connection closes.
-	c, err := net.Dial("tcp", gw.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialRaw(t, gw.addr)
 	io.WriteString(c, "POST /api/up HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n")
 	resp := readRawResponse(t, c, "POST")
 	c.Close()
@@ -402,10 +399,7 @@ func TestElevatedRouteReusesUpstreamConns(t *testing.T) {
 
 	// A client that leaves while the upstream works: its request is aborted...
 	slow.Store(true)
-	c, err := net.Dial("tcp", gw.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialRaw(t, gw.addr)
 	io.WriteString(c, "GET /legacy/slow HTTP/1.1\r\nHost: a\r\n\r\n")
 	deadline := time.Now().Add(5 * time.Second)
 	for up.inflight.Load() < 1 && time.Now().Before(deadline) {

@@ -25,11 +25,7 @@ func TestSteadyUploadLongerThanWindow(t *testing.T) {
 	up := startUpstream(t, sinkHandler(nil))
 	gw := startGateway(t, "read_timeout: 1s\n", upstreamRoute("/up", up.addr, "max_body_bytes: 10MiB"))
 	const pieces, piece = 50, 8 << 10 // 400 KiB over 10 s: 40 KiB per second
-	c, err := net.Dial("tcp", gw.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialRaw(t, gw.addr)
 	fmt.Fprintf(c, "POST /up/x HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n", pieces*piece)
 	h := sha256.New()
 	buf := make([]byte, piece)
@@ -116,11 +112,7 @@ func TestSlowHeadersCut(t *testing.T) {
 	t.Parallel()
 	up := startUpstream(t, nil)
 	gw := startGateway(t, "read_timeout: 1s\n", upstreamRoute("/", up.addr, ""))
-	c, err := net.Dial("tcp", gw.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialRaw(t, gw.addr)
 	start := time.Now()
 	go func() {
 		for _, b := range []byte("GET / HTTP/1.1\r\nHost: a\r\nX-Drip: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n") {
@@ -260,11 +252,7 @@ func TestStalledReaderCut(t *testing.T) {
 	up := startUpstream(t, bigHandler)
 	gw := startGateway(t, "write_timeout: 1s\n", upstreamRoute("/", up.addr, ""))
 	const size = 64 << 20
-	c, err := net.Dial("tcp", gw.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialRaw(t, gw.addr)
 	fmt.Fprintf(c, "GET /big?size=%d HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", size)
 	// 100 bytes every 2 s (50 bytes per window, below min_progress_bytes 1024) for 8 s, then
 	// everything the gateway still sends, as fast as possible.

@@ -66,8 +66,7 @@ type exchange struct {
 	// upClient is the route's upstream client lent to this request, held until the response
 	// was released; watchGone says the client left an elevated request (its connection must not
 	// be reused).
-	upClient  *upstreamClient
-	upPool    *upstreamPool
+	upClient  *upstreamClient // from route.pool
 	watchGone bool
 	body      bodyReader
 	rs        respStream
@@ -139,8 +138,8 @@ func (x *exchange) finish() {
 	}
 	if x.upClient != nil {
 		// After the response: its upstream connection is back in the client, idle or closed.
-		x.upPool.put(x.upClient, !x.watchGone)
-		x.upClient, x.upPool, x.watchGone = nil, nil, false
+		x.route.pool.put(x.upClient, !x.watchGone)
+		x.upClient, x.watchGone = nil, false
 	}
 	if x.holdsWorker {
 		x.holdsWorker = false

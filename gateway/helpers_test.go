@@ -194,6 +194,17 @@ type rawResponse struct {
 	closed bool // the gateway closed the connection after the response
 }
 
+// dialRaw opens a raw TCP connection to addr, closed when the test ends.
+func dialRaw(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // rawRequest writes exact bytes on a fresh connection and reads one response.
 func rawRequest(t *testing.T, addr, req string) rawResponse {
 	t.Helper()

@@ -91,7 +91,7 @@ func (p *upstreamPool) get(wait time.Duration) (*upstreamClient, bool, error) {
 	}
 	p.mu.Unlock()
 	if uc != nil {
-		if c := uc.up.Load(); c != nil && c.idleAndClosed() {
+		if c := uc.up.Load(); c != nil && c.closedWhileIdle() {
 			uc.hc.CloseIdleConnections()
 		}
 		return uc, true, nil

@@ -3,7 +3,6 @@ package gateway
 import (
 	"bufio"
 	"io"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -14,11 +13,7 @@ import (
 func TestHigherHTTP1ProcessedAsHTTP11(t *testing.T) {
 	up := startUpstream(t, echoHandler)
 	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
-	c, err := net.Dial("tcp", gw.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialRaw(t, gw.addr)
 	io.WriteString(c, "GET /api/a HTTP/1.2\r\nHost: a\r\n\r\nGET /api/b HTTP/1.2\r\nHost: a\r\nConnection: close\r\n\r\n")
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	br := bufio.NewReader(c)
@@ -81,10 +76,7 @@ func TestEarlyClientAbortIs499(t *testing.T) {
 	up := startUpstream(t, echoHandler)
 	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
 	before := scrape(t, gw.addr)
-	c, err := net.Dial("tcp", gw.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialRaw(t, gw.addr)
 	io.WriteString(c, "POST /api HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\n0123456789")
 	time.Sleep(100 * time.Millisecond)
 	c.Close()

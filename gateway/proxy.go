@@ -50,7 +50,7 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 		x.finish()
 		return
 	}
-	x.upClient, x.upPool = uc, r.pool
+	x.upClient = uc
 	hc := uc.hc
 	var watch *clientWatch
 	if r.eff.Elevated {

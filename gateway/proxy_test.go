@@ -152,12 +152,18 @@ func TestPathNormalizedAndForwarded(t *testing.T) {
 // announcing it, as an upstream whose keep-alive timeout is shorter than ours does.
 func startStaleUpstream(t *testing.T) (addr string, served func() int) {
 	t.Helper()
+	return startOneShotUpstream(t, func() { time.Sleep(20 * time.Millisecond) })
+}
+
+// startOneShotUpstream answers the first request of each connection, keeps the connection open
+// while hold runs, then closes it without announcing it. served counts the requests answered.
+func startOneShotUpstream(t *testing.T, hold func()) (addr string, served func() int) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	n := 0
+	var n atomic.Int64
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -176,16 +182,14 @@ func startStaleUpstream(t *testing.T) (addr string, served func() int) {
 				if _, err := c.Read(buf); err != nil {
 					return
 				}
-				mu.Lock()
-				n++
-				mu.Unlock()
+				n.Add(1)
 				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-				time.Sleep(20 * time.Millisecond)
+				hold()
 			}()
 		}
 	}()
 	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	return ln.Addr().String(), func() int { mu.Lock(); defer mu.Unlock(); return n }
+	return ln.Addr().String(), func() int { return int(n.Load()) }
 }
 
 func TestStaleKeepAliveRetried(t *testing.T) {
@@ -225,50 +229,19 @@ func TestStaleConnCheckedBeforeBody(t *testing.T) {
 // TestNoRetryOnceBodyRead: when the upstream closes a connection after it was lent, while the
 // body streams from the client, the request fails with a 502 and is not sent again (SPEC 3).
 func TestNoRetryOnceBodyRead(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var served atomic.Int64
 	closeNow := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				buf := make([]byte, 4096)
-				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-				if _, err := c.Read(buf); err != nil {
-					return
-				}
-				served.Add(1)
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-				select {
-				case <-closeNow:
-				case <-time.After(5 * time.Second):
-				}
-			}()
+	addr, served := startOneShotUpstream(t, func() {
+		select {
+		case <-closeNow:
+		case <-time.After(5 * time.Second):
 		}
-	}()
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	gw := startGateway(t, "stream_threshold_bytes: 16\n", upstreamRoute("/", ln.Addr().String(), ""))
+	})
+	gw := startGateway(t, "stream_threshold_bytes: 16\n", upstreamRoute("/", addr, ""))
 	if resp := rawRequest(t, gw.addr, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 200 {
 		t.Fatalf("warm-up status %d", resp.StatusCode)
 	}
 	time.Sleep(100 * time.Millisecond)
-	c, err := net.Dial("tcp", gw.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialRaw(t, gw.addr)
 	// The connection is lent (and found open) once fasthttp's pre-read of the body's first
 	// 8 KiB is done; the upstream closes it while the gateway, having read 20 kB of the body
 	// into its 32 KiB upstream write buffer, waits for the rest.
@@ -282,7 +255,7 @@ func TestNoRetryOnceBodyRead(t *testing.T) {
 	if resp.StatusCode != 502 {
 		t.Fatalf("POST whose connection closed under it: status %d, want 502 (no retry once the body was read)", resp.StatusCode)
 	}
-	if n := served.Load(); n != 1 {
+	if n := served(); n != 1 {
 		t.Errorf("upstream served %d requests, want 1", n)
 	}
 }
@@ -339,11 +312,7 @@ func TestHeadAndNoContent(t *testing.T) {
 		}
 	})
 	gw := startGateway(t, "", upstreamRoute("/", up.addr, ""))
-	c, err := net.Dial("tcp", gw.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialRaw(t, gw.addr)
 	io.WriteString(c, "HEAD /x HTTP/1.1\r\nHost: a\r\n\r\n")
 	resp := readRawResponse(t, c, "HEAD")
 	if resp.StatusCode != 200 || len(resp.body) != 0 {

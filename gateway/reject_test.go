@@ -100,11 +100,7 @@ func TestTier1BeforeBody(t *testing.T) {
 func TestExpectContinueAccepted(t *testing.T) {
 	up := startUpstream(t, nil)
 	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
-	c, err := net.Dial("tcp", gw.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialRaw(t, gw.addr)
 	fmt.Fprintf(c, "POST /api HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	buf := make([]byte, 64)
@@ -124,11 +120,7 @@ func TestExpectContinueAccepted(t *testing.T) {
 func TestSilentNewConnectionClosedQuietly(t *testing.T) {
 	up := startUpstream(t, nil)
 	gw := startGateway(t, "read_timeout: 1s\n", upstreamRoute("/", up.addr, ""))
-	c, err := net.Dial("tcp", gw.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialRaw(t, gw.addr)
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	got, _ := io.ReadAll(c)
 	if len(got) != 0 {
@@ -139,11 +131,7 @@ func TestSilentNewConnectionClosedQuietly(t *testing.T) {
 		t.Errorf("read_timeout rejections %v, want 0", v)
 	}
 	// A client that started a request and stalled is still answered 408 and counted.
-	c2, err := net.Dial("tcp", gw.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c2.Close()
+	c2 := dialRaw(t, gw.addr)
 	io.WriteString(c2, "GET / HTTP/1.1\r\nHost: a\r\n")
 	_ = c2.SetReadDeadline(time.Now().Add(10 * time.Second))
 	got, _ = io.ReadAll(c2)

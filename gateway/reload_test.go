@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -95,11 +94,7 @@ func TestReloadChangesHeaderDeadline(t *testing.T) {
 	if err := gw.g.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	c, err := net.Dial("tcp", gw.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialRaw(t, gw.addr)
 	start := time.Now()
 	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n") // never finished
 	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -269,11 +268,7 @@ func runSmugglingCase(t *testing.T, mode string, tc *smugglingCase, r *caseResul
 	up := startUpstream(t, rec.ServeHTTP)
 	gw := startGateway(t, "read_timeout: 2s\n", upstreamRoute("/", up.addr, "inbound_chunked_mode: "+mode))
 
-	c, err := net.Dial("tcp", gw.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialRaw(t, gw.addr)
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	payload := tc.req
 	if tc.expect == "reject" {

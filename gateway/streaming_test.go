@@ -152,11 +152,7 @@ func TestTier2CutChunked(t *testing.T) {
 	up := startUpstream(t, sinkHandler(&got))
 	const limit = 300_000
 	gw := startGateway(t, "", upstreamRoute("/up", up.addr, fmt.Sprintf("max_body_bytes: %d\ninbound_chunked_mode: passthrough", limit)))
-	c, err := net.Dial("tcp", gw.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialRaw(t, gw.addr)
 	io.WriteString(c, "POST /up/x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
 	chunk := strings.Repeat("z", 10_000)
 	go func() {
@@ -201,10 +197,7 @@ func TestClientAbortMidUploadCancelsUpstream(t *testing.T) {
 		}
 	})
 	gw := startGateway(t, "", upstreamRoute("/up", up.addr, "max_body_bytes: 100MiB"))
-	c, err := net.Dial("tcp", gw.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialRaw(t, gw.addr)
 	io.WriteString(c, "POST /up/x HTTP/1.1\r\nHost: a\r\nContent-Length: 10000000\r\n\r\n")
 	c.Write(make([]byte, 1_000_000))
 	time.Sleep(200 * time.Millisecond)
@@ -257,11 +250,7 @@ func TestUpstreamAbortTruncatesClient(t *testing.T) {
 func TestStreamRequestBodyFalseBuffers(t *testing.T) {
 	up := startUpstream(t, sinkHandler(nil))
 	gw := startGateway(t, "", upstreamRoute("/buf", up.addr, "stream_request_body: false"))
-	c, err := net.Dial("tcp", gw.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialRaw(t, gw.addr)
 	body := strings.Repeat("m", 200_000) // above the stream threshold
 	io.WriteString(c, fmt.Sprintf("POST /buf/x HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n", len(body)))
 	io.WriteString(c, body[:100_000])

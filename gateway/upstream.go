@@ -110,7 +110,7 @@ type upstreamConn struct {
 
 	requests      int
 	reading       bool
-	lastRead      time.Time
+	aliveAt       time.Time // last response byte read, or last peek that found the connection open
 	respBytes     int64
 	readDeadline  time.Time
 	writeDeadline time.Time
@@ -122,7 +122,7 @@ func (c *upstreamConn) Write(p []byte) (int, error) {
 		c.requests++
 		c.reading = false
 		c.respBytes = 0
-		if c.requests > 1 && time.Since(c.lastRead) > staleCheckAfter && c.closedByPeer() {
+		if c.requests > 1 && c.closedWhileIdle() {
 			return 0, errStaleConn
 		}
 	}
@@ -192,7 +192,7 @@ func (c *upstreamConn) Read(p []byte) (int, error) {
 	}
 	c.respBytes += int64(n)
 	if n > 0 {
-		c.lastRead = time.Now()
+		c.aliveAt = time.Now()
 	}
 	return n, err
 }
@@ -215,10 +215,19 @@ var errClientLeft = errors.New("gateway: client closed the connection while the 
 // a connection closed within that window still fails as a 502, never as a wrong answer.
 const staleCheckAfter = 50 * time.Millisecond
 
-// idleAndClosed reports a connection that has been idle longer than staleCheckAfter and was
-// closed by the upstream meanwhile. Only for a connection no request is using.
-func (c *upstreamConn) idleAndClosed() bool {
-	return time.Since(c.lastRead) > staleCheckAfter && c.closedByPeer()
+// closedWhileIdle reports a connection idle for longer than staleCheckAfter that the upstream
+// closed meanwhile. A check that finds it open counts as a sign of life, so the first write
+// right after the pool's check (upstreamPool.get) does not peek a second time. Only for a
+// connection no other goroutine is using.
+func (c *upstreamConn) closedWhileIdle() bool {
+	if time.Since(c.aliveAt) <= staleCheckAfter {
+		return false
+	}
+	if c.closedByPeer() {
+		return true
+	}
+	c.aliveAt = time.Now()
+	return false
 }
 
 // closedByPeer reports an idle pooled connection that must not carry a request: the upstream
