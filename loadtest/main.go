@@ -7,11 +7,12 @@
 //	go run ./loadtest -scenario isolation -duration 5s
 //	go run ./loadtest -scenario isolation -peer nginx   # the same measurement against nginx
 //
-// Scenarios: small-get, upload, isolation, slow-client; and three helpers: upstream (serve the
+// Scenarios: small-get, upload, isolation, slow-client; and four helpers: upstream (serve the
 // upstream alone, for scripts/compare.sh), probe (probe a running server every -interval, for
-// scripts/slowloris.sh) and naive-proxy (the upload scenario's reference, started by it). Every request goes to 127.0.0.1. With -peer nginx
-// the isolation scenario starts nginx (loadtest/peers/nginx.conf, from a temporary prefix) in
-// front of the same upstream instead of the gateway.
+// scripts/slowloris.sh), naive-proxy and tcp-relay (the upload scenario's references, started
+// by it). Every request goes to 127.0.0.1. With -peer nginx the isolation scenario starts nginx
+// (loadtest/peers/nginx.conf, from a temporary prefix) in front of the same upstream instead of
+// the gateway.
 //
 // Exit status: 0 done, 1 a failure to set up or run, 2 bad flags, 3 the scenario ran but missed
 // its target (the FAIL lines say which).
@@ -93,10 +94,10 @@ func main() {
 	fs.Int64Var(&o.uploadBytes, "upload-bytes", 200_000_000, "upload: bytes per upload")
 	fs.BoolVar(&o.chunked, "chunked", false, "upload with -target: send the bodies chunked instead of with a Content-Length")
 	fs.BoolVar(&o.verify, "verify", true, "upload: byte-exact uploads (SHA-256 by the client and the upstream); false: the upstream only counts")
-	fs.BoolVar(&o.reference, "reference", true, "upload: also measure a naive fasthttp proxy in the same rounds")
+	fs.BoolVar(&o.reference, "reference", true, "upload: also measure a naive fasthttp proxy and a plain TCP relay in the same rounds")
 	fs.Float64Var(&o.minCLRatio, "min-cl-ratio", 0.8, "upload: target for toron / direct MB/s with a Content-Length (median of the rounds)")
 	fs.Float64Var(&o.minChunkRatio, "min-chunked-ratio", 0.6, "upload: target for toron / direct MB/s with chunked bodies (median of the rounds)")
-	fs.StringVar(&o.upstream, "upstream", "", "naive-proxy: the upstream's host:port")
+	fs.StringVar(&o.upstream, "upstream", "", "naive-proxy, tcp-relay: the upstream's host:port")
 	fs.DurationVar(&o.uploadTimeout, "upload-timeout", 5*time.Minute, "upload: time limit of one upload")
 	fs.IntVar(&o.attackers, "attackers", 40, "slow-client: connections of each attack kind")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:18081", "upstream: address to serve on")
@@ -125,7 +126,7 @@ func main() {
 }
 
 // scenarios are the values of -scenario.
-var scenarios = []string{"small-get", "upload", "isolation", "slow-client", "upstream", "probe", "naive-proxy"}
+var scenarios = []string{"small-get", "upload", "isolation", "slow-client", "upstream", "probe", "naive-proxy", "tcp-relay"}
 
 func (o *options) validate() error {
 	if !slices.Contains(scenarios, o.scenario) {
@@ -181,6 +182,8 @@ func run(o options) error {
 		return probe(o)
 	case "naive-proxy":
 		return serveNaiveProxy(o)
+	case "tcp-relay":
+		return serveTCPRelay(o)
 	}
 	panic("BUG: loadtest: scenario " + o.scenario + " passed validation but has no runner")
 }

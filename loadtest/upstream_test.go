@@ -213,3 +213,40 @@ func TestNaiveProxyForwardsUploads(t *testing.T) {
 		t.Errorf("the naive proxy ended with %v", err)
 	}
 }
+
+func TestTCPRelayForwardsUploads(t *testing.T) {
+	up := startUpstream(t)
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	done := make(chan error, 1)
+	go func() { done <- serveTCPRelay(options{listen: addr, upstream: up.Addr(), lifetime: 2 * time.Second}) }()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tcp relay does not listen: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, chunked := range []bool{false, true} {
+		rs := Uploads(UploadSpec{Name: "relay", URL: "http://" + addr + "/legacy/upload", N: 2, Size: 2<<20 + 1, Chunked: chunked, Verify: true, Timeout: 10 * time.Second})
+		if s := Summarize("", rs); s.OK != 2 {
+			t.Errorf("chunked=%v: %d of 2 uploads through the tcp relay arrived byte-exact (%s)", chunked, s.OK, s.ErrorsText())
+		}
+	}
+	if err := <-done; err != nil {
+		t.Errorf("the tcp relay ended with %v", err)
+	}
+	// Once it ended, it no longer listens.
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Error("the tcp relay still accepts connections after its lifetime")
+	}
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// The upload scenario's second reference: a TCP relay that parses nothing. Each accepted
+// connection gets its own upstream connection, and the bytes are copied both ways through one
+// 64 KiB buffer per direction, the budget SPEC 6 gives Toron. No user-space proxy, HTTP-aware
+// or not, moves bytes with less work than this (a splice(2) relay was measured slower here, see
+// BENCHMARKS.md), so its ratio is the ceiling of what any proxy can reach on the machine and
+// harness of the run.
+
+// relayBufferSize is the copy buffer of each direction.
+const relayBufferSize = 64 << 10
+
+// serveTCPRelay is the tcp-relay helper scenario: it listens on -listen and relays every
+// connection to -upstream until SIGINT, SIGTERM or -lifetime.
+func serveTCPRelay(o options) error {
+	if o.upstream == "" {
+		return fmt.Errorf("loadtest: tcp-relay needs -upstream host:port")
+	}
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("loadtest: tcp relay cannot listen on %s: %w", o.listen, err)
+	}
+	r := &relay{upstream: o.upstream, conns: map[net.Conn]struct{}{}}
+	served := make(chan error, 1)
+	go func() { served <- r.serve(ln) }()
+	fmt.Printf("loadtest tcp relay on %s -> %s (pid %d)\n", ln.Addr(), o.upstream, os.Getpid())
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	select {
+	case <-sig:
+	case err := <-served:
+		r.close()
+		return err
+	case <-time.After(o.lifetime):
+	}
+	ln.Close()
+	<-served
+	r.close()
+	return nil
+}
+
+// relay owns every connection it opened or accepted, so that close ends them all and waits for
+// their goroutines.
+type relay struct {
+	upstream string
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	conns    map[net.Conn]struct{}
+	closed   bool
+}
+
+// serve accepts until the listener is closed.
+func (r *relay) serve(ln net.Listener) error {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if r.isClosed() || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		if !r.track(c) {
+			c.Close()
+			continue
+		}
+		r.wg.Add(1)
+		go r.pipe(c)
+	}
+}
+
+// pipe relays one client connection. The upload direction runs on this goroutine, the download
+// direction on a second one; a half-close is passed on, and the pair ends when both copies did.
+func (r *relay) pipe(client net.Conn) {
+	defer r.wg.Done()
+	defer r.forget(client)
+	up, err := net.Dial("tcp", r.upstream)
+	if err != nil || !r.track(up) {
+		if up != nil {
+			up.Close()
+		}
+		return
+	}
+	defer r.forget(up)
+	down := make(chan struct{})
+	go func() {
+		defer close(down)
+		copyPlain(client, up)
+		closeWrite(client)
+	}()
+	copyPlain(up, client)
+	closeWrite(up)
+	<-down
+}
+
+// copyPlain copies through one 64 KiB buffer with read and write: the wrappers hide
+// net.TCPConn's ReadFrom, which would splice instead.
+func copyPlain(dst io.Writer, src io.Reader) {
+	buf := make([]byte, relayBufferSize)
+	io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf)
+}
+
+func closeWrite(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.CloseWrite()
+		return
+	}
+	c.Close()
+}
+
+func (r *relay) track(c net.Conn) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.conns[c] = struct{}{}
+	return true
+}
+
+func (r *relay) forget(c net.Conn) {
+	r.mu.Lock()
+	delete(r.conns, c)
+	r.mu.Unlock()
+	c.Close()
+}
+
+func (r *relay) isClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
+}
+
+// close ends every connection and waits for the relay's goroutines.
+func (r *relay) close() {
+	r.mu.Lock()
+	r.closed = true
+	for c := range r.conns {
+		c.Close()
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+}
+
+// startTCPRelay starts this program as the tcp-relay helper in front of upstream.
+func startTCPRelay(dir, upstream string) (*process, error) {
+	return startHelper(dir, "tcp-relay", "-upstream", upstream)
+}
