@@ -196,6 +196,7 @@ func (g *Gateway) onError(ctx *fasthttp.RequestCtx, err error) {
 			break
 		}
 		x.reject(clientErrorRejection(err))
+		lingerUnlessTimeout(cc, err)
 		g.writeRejection(ctx, x, x.rej)
 	case cc.headBytes == 0 && isTimeout(err):
 		// A new connection that never sent a byte (a preconnecting client or load balancer, or
@@ -209,10 +210,22 @@ func (g *Gateway) onError(ctx *fasthttp.RequestCtx, err error) {
 		x.begin(g, ctx)
 		x.setRequestID(nil)
 		x.reject(clientErrorRejection(err))
+		lingerUnlessTimeout(cc, err)
 		g.writeRejection(ctx, x, x.rej)
 	}
 	ctx.SetConnectionClose()
 	x.finish()
+}
+
+// lingerUnlessTimeout makes the close after a refused request linger: fasthttp stopped reading
+// mid-request (a 431 leaves the rest of the headers unread, a malformed request whatever
+// followed it), and closing a socket with unread bytes sends a reset that can destroy the
+// answer before the client reads it. A client that timed out was not sending: its connection
+// closes at once, so that a slow-header attack holds nothing longer.
+func lingerUnlessTimeout(cc *clientConn, err error) {
+	if !isTimeout(err) {
+		cc.linger.Store(true)
+	}
 }
 
 // handle is the fasthttp handler: everything after the body pre-read.

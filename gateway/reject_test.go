@@ -143,3 +143,37 @@ func TestSilentNewConnectionClosedQuietly(t *testing.T) {
 		t.Errorf("read_timeout rejections %v, want 1", v)
 	}
 }
+
+// TestRefusedRequestClosesWithoutReset: fasthttp refuses these before the header hook, with
+// request bytes still unread in the socket; the gateway's close must drain them (lingering), or
+// the kernel answers them with a reset, which on a real network can destroy the response
+// before the client reads it. On loopback the reset shows as ECONNRESET after the response.
+func TestRefusedRequestClosesWithoutReset(t *testing.T) {
+	up := startUpstream(t, nil)
+	gw := startGateway(t, "max_header_bytes: 4096\n", upstreamRoute("/api", up.addr, ""))
+	tail := strings.Repeat("X-Pad: "+strings.Repeat("p", 100)+"\r\n", 200) + "\r\n"
+	cases := []struct {
+		name   string
+		req    string
+		status int
+	}{
+		{"header too large", "GET /api HTTP/1.1\r\nHost: a\r\nX-Big: " + strings.Repeat("a", 20000) + "\r\n\r\n", 431},
+		{"malformed header", "GET /api HTTP/1.1\r\nHost: a\r\nX-A : 1\r\n\r\n" + tail, 400},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialRaw(t, gw.addr)
+			if _, err := io.WriteString(c, tc.req); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			got, err := io.ReadAll(c)
+			if err != nil {
+				t.Fatalf("the connection ended with %v after %q, want a clean close", err, got)
+			}
+			if want := fmt.Sprintf("HTTP/1.1 %d ", tc.status); !strings.HasPrefix(string(got), want) {
+				t.Fatalf("got %q, want %s", got, want)
+			}
+		})
+	}
+}
