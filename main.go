@@ -123,6 +123,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		return exitConfig
 	}
 	defer func() { _ = log.Sync() }()
+	logFormat := cfg.Log.Format // the encoder's, for the life of the process
 
 	g, err := gateway.New(cfg, log)
 	if err != nil {
@@ -160,7 +161,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 			return exitOK
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				reload(g, load, log, level)
+				reload(g, load, log, level, logFormat)
 				continue
 			}
 			return drain(g, sig, sigs, serveErr, log)
@@ -173,9 +174,8 @@ var demoConfigYAML = []byte("server:\n  host: 127.0.0.1\n")
 
 // reload re-reads both files; an invalid configuration is logged and the old one keeps serving.
 // log.level and log.access change at once; a new log.format takes effect at the next start
-// (the encoder is built once), which is logged.
-func reload(g *gateway.Gateway, load func() (*conf.Config, error), log *zap.Logger, level zap.AtomicLevel) {
-	old := g.Config().Log
+// (the encoder is built once, in format), which is logged at each reload that asks for another.
+func reload(g *gateway.Gateway, load func() (*conf.Config, error), log *zap.Logger, level zap.AtomicLevel, format string) {
 	cfg, err := load()
 	if err != nil {
 		g.ReloadFailed()
@@ -189,8 +189,8 @@ func reload(g *gateway.Gateway, load func() (*conf.Config, error), log *zap.Logg
 	if l, err := zapcore.ParseLevel(cfg.Log.Level); err == nil {
 		level.SetLevel(l)
 	}
-	if cfg.Log.Format != old.Format {
-		log.Warn("log.format changes at the next start", zap.String("running", old.Format), zap.String("configured", cfg.Log.Format))
+	if cfg.Log.Format != format {
+		log.Warn("log.format changes at the next start", zap.String("running", format), zap.String("configured", cfg.Log.Format))
 	}
 	for _, w := range cfg.Warnings {
 		log.Warn("configuration warning", zap.String("warning", w))

@@ -390,3 +390,50 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestReloadLogFormatNamesTheRunningEncoder: log.format applies at the next start, so a reload
+// that asks for another format is warned about, with the format still in use; one that asks for
+// the running format again is not, whatever the reloads in between asked for.
+func TestReloadLogFormatNamesTheRunningEncoder(t *testing.T) {
+	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {})
+	port := freePort(t)
+	dir := t.TempDir()
+	serverYAML := func(format string) string {
+		return fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\nlog:\n  format: %s\n  access: false\n", port, format)
+	}
+	cfg := writeFile(t, dir, "config.yaml", serverYAML("json"))
+	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /a\n    target: http://%s\n", upAddr))
+	cmd := exec.Command(binPath, "-config", cfg, "-routes", routes)
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	waitHealthy(t, fmt.Sprintf("http://127.0.0.1:%d", port))
+	reloadTo := func(format string, reloads int) {
+		t.Helper()
+		writeFile(t, dir, "config.yaml", serverYAML(format))
+		cmd.Process.Signal(syscall.SIGHUP)
+		deadline := time.Now().Add(10 * time.Second)
+		for strings.Count(stderr.String(), "configuration reloaded") < reloads {
+			if time.Now().After(deadline) {
+				t.Fatalf("reload %d not logged; stderr:\n%s", reloads, stderr.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	reloadTo("console", 1)
+	reloadTo("json", 2)
+	logged := stderr.String()
+	if n := strings.Count(logged, "log.format changes at the next start"); n != 1 {
+		t.Errorf("%d format warnings, want 1 (for console only); stderr:\n%s", n, logged)
+	}
+	if !strings.Contains(logged, `"running":"json","configured":"console"`) {
+		t.Errorf("the warning does not name the running json encoder; stderr:\n%s", logged)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); exitCode(err) != 0 {
+		t.Errorf("exit: %v", err)
+	}
+}
