@@ -110,3 +110,50 @@ func TestMetricsAfterScriptedMix(t *testing.T) {
 }
 
 func int64f(n int) float64 { return float64(n) }
+
+// TestMetricsAreTyped: every family carries its # TYPE line, before its samples, so that
+// Prometheus ingests counters, gauges and histograms as such rather than untyped.
+func TestMetricsAreTyped(t *testing.T) {
+	up := startUpstream(t, nil)
+	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
+	rawRequest(t, gw.addr, "GET /api/a HTTP/1.1\r\nHost: a\r\n\r\n")
+	resp, err := http.Get("http://" + gw.addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want := map[string]string{
+		metricRequests: "counter", metricRejected: "counter", metricRouteInflight: "gauge",
+		metricRouteMaxConc: "gauge", metricWorkersBusy: "gauge", metricWorkersMax: "gauge",
+		metricElevatedInflight: "gauge", metricRequestDuration: "histogram", metricUpstreamWait: "histogram",
+		metricRequestBodyBytes: "counter", metricResponseBodyBytes: "counter", metricConnectionsOpen: "gauge",
+		metricReloads: "counter", metricReloadErrors: "counter",
+	}
+	typed := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f, ok := strings.CutPrefix(line, "# TYPE "); ok {
+			name, typ, _ := strings.Cut(f, " ")
+			typed[name] = typ
+			continue
+		}
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name := line[:strings.IndexAny(line, "{ ")]
+		family := name
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if base, ok := strings.CutSuffix(name, suffix); ok && want[base] == "histogram" {
+				family = base
+			}
+		}
+		if typed[family] == "" {
+			t.Errorf("sample %q comes before any # TYPE line of %s", line, family)
+		}
+	}
+	for name, typ := range want {
+		if typed[name] != typ {
+			t.Errorf("# TYPE %s is %q, want %q", name, typed[name], typ)
+		}
+	}
+}
