@@ -48,15 +48,23 @@ type options struct {
 func parseFlags(args, environ []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("toron", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// The flag package would print the error and then the whole usage; a mistake gets one line
+	// (SPEC 1), from run, and only -h prints the usage.
+	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.config, "config", envOr(environ, "TORON_CONFIG", "conf/config.yaml"), "server settings file (env TORON_CONFIG)")
 	fs.StringVar(&o.routes, "routes", envOr(environ, "TORON_ROUTES", "conf/routes.yaml"), "route table file (env TORON_ROUTES)")
 	fs.BoolVar(&o.check, "check", false, "validate both files, print the effective configuration as JSON and exit")
 	fs.BoolVar(&o.demo, "demo", false, "start built-in demo upstreams and use the demo route table")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	err := fs.Parse(args)
-	if err == nil && fs.NArg() > 0 {
-		err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stderr)
+		fs.Usage()
+	case err != nil:
+		err = fmt.Errorf("%w (toron -h lists the flags)", err)
+	case fs.NArg() > 0:
+		err = fmt.Errorf("unexpected argument %q (toron -h lists the flags)", fs.Arg(0))
 	}
 	return o, err
 }

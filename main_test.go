@@ -127,6 +127,32 @@ func TestCheckInvalidConfigExits2(t *testing.T) {
 	}
 }
 
+// TestBadFlagExits2WithOneLine: a mistake on the command line is one line on stderr and exit
+// 2 (SPEC 1); -h alone prints the usage, and exits 0.
+func TestBadFlagExits2WithOneLine(t *testing.T) {
+	for _, args := range [][]string{{"-bogus"}, {"-check", "extra"}, {"-config"}} {
+		cmd := exec.Command(binPath, args...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if code := exitCode(cmd.Run()); code != 2 {
+			t.Errorf("%v: exit %d, want 2; stderr %s", args, code, stderr.String())
+		}
+		out := stderr.String()
+		if strings.Count(out, "\n") != 1 || !strings.HasPrefix(out, "toron: ") {
+			t.Errorf("%v: stderr is not one line starting with \"toron: \": %q", args, out)
+		}
+	}
+	cmd := exec.Command(binPath, "-h")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if code := exitCode(cmd.Run()); code != 0 {
+		t.Errorf("-h: exit %d, want 0", code)
+	}
+	if !strings.Contains(stderr.String(), "-routes") {
+		t.Errorf("-h prints no usage: %q", stderr.String())
+	}
+}
+
 func TestPortInUseExits1(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
