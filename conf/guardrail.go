@@ -101,6 +101,12 @@ func (c *Config) warnings() []string {
 	if len(c.Routes) == 0 {
 		out = append(out, fmt.Sprintf("no routes: every request other than %s and %s is answered 404", c.Server.HealthPath, c.Server.MetricsPath))
 	}
+	if t := c.Server.StreamThresholdBytes; t > MaxBufferedBodyBytes {
+		// Not an error (SPEC 2 bounds only stream_request_body false), but the same 8 MiB line:
+		// every worker may hold a body this large in memory.
+		out = append(out, fmt.Sprintf("stream_threshold_bytes %d is above 8 MiB: every body up to that size is buffered whole in memory, up to %d of them at once (worker_pool_size)",
+			t, c.Server.WorkerPoolSize))
+	}
 	var parts []string
 	total := 0
 	for _, r := range c.Routes {

@@ -385,6 +385,21 @@ func TestBudgetWarning(t *testing.T) {
 	}
 }
 
+// TestLargeStreamThresholdWarning: a threshold above 8 MiB is legal but buffers large bodies
+// whole, which -check and a reload warn about; 8 MiB exactly does not.
+func TestLargeStreamThresholdWarning(t *testing.T) {
+	t.Parallel()
+	const up = `type: upstream, target: "http://127.0.0.1:9000", prefix: /a`
+	if cfg := mustLoad(t, "server:\n  stream_threshold_bytes: 8MiB\n", route(up)); len(cfg.Warnings) != 0 {
+		t.Errorf("8 MiB: warnings = %q, want none", cfg.Warnings)
+	}
+	cfg := mustLoad(t, "server:\n  stream_threshold_bytes: 100MiB\n", route(up))
+	want := []string{"stream_threshold_bytes 104857600 is above 8 MiB: every body up to that size is buffered whole in memory, up to 128 of them at once (worker_pool_size)"}
+	if !reflect.DeepEqual(cfg.Warnings, want) {
+		t.Errorf("warnings\n got %q\nwant %q", cfg.Warnings, want)
+	}
+}
+
 // TestShippedFiles loads conf/config.yaml and conf/routes.yaml, the seed's recipes.
 func TestShippedFiles(t *testing.T) {
 	t.Parallel()
