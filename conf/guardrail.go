@@ -96,6 +96,10 @@ func deref[T any](p *T, def T) T {
 // warnings returns the non-fatal findings: the elevated routes' bulkheads adding up to more
 // than the elevated budget (SPEC 2), which is allowed (they share it) but means they cannot
 // all be full at once.
+// maxSensibleHeaderBytes is the max_header_bytes above which -check warns: fasthttp allocates
+// a read buffer of that size for every open connection.
+const maxSensibleHeaderBytes = 64 << 10
+
 func (c *Config) warnings() []string {
 	var out []string
 	if len(c.Routes) == 0 {
@@ -106,6 +110,10 @@ func (c *Config) warnings() []string {
 		// every worker may hold a body this large in memory.
 		out = append(out, fmt.Sprintf("stream_threshold_bytes %d is above 8 MiB: every body up to that size is buffered whole in memory, up to %d of them at once (worker_pool_size)",
 			t, c.Server.WorkerPoolSize))
+	}
+	if h := c.Server.MaxHeaderBytes; h > maxSensibleHeaderBytes {
+		out = append(out, fmt.Sprintf("max_header_bytes %d is above 64 KiB: it is the read buffer of every open connection, up to %d of them (max_connections)",
+			h, c.Server.MaxConnections))
 	}
 	var parts []string
 	total := 0

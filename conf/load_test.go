@@ -400,6 +400,20 @@ func TestLargeStreamThresholdWarning(t *testing.T) {
 	}
 }
 
+// TestLargeHeaderBufferWarning: max_header_bytes sizes every connection's read buffer.
+func TestLargeHeaderBufferWarning(t *testing.T) {
+	t.Parallel()
+	const up = `type: upstream, target: "http://127.0.0.1:9000", prefix: /a`
+	if cfg := mustLoad(t, "server:\n  max_header_bytes: 64KiB\n", route(up)); len(cfg.Warnings) != 0 {
+		t.Errorf("64 KiB: warnings = %q, want none", cfg.Warnings)
+	}
+	cfg := mustLoad(t, "server:\n  max_header_bytes: 1MiB\n  worker_pool_size: 4\n", route(up))
+	want := []string{"max_header_bytes 1048576 is above 64 KiB: it is the read buffer of every open connection, up to 256 of them (max_connections)"}
+	if !reflect.DeepEqual(cfg.Warnings, want) {
+		t.Errorf("warnings\n got %q\nwant %q", cfg.Warnings, want)
+	}
+}
+
 // TestShippedFiles loads conf/config.yaml and conf/routes.yaml, the seed's recipes.
 func TestShippedFiles(t *testing.T) {
 	t.Parallel()
