@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -133,6 +134,9 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	defer func() { _ = log.Sync() }()
 	logFormat := cfg.Log.Format // the encoder's, for the life of the process
 
+	// /metrics carries # HELP and # TYPE lines, so that Prometheus types every family
+	// (histograms included) instead of ingesting them untyped; the switch is process-wide.
+	metrics.ExposeMetadata(true)
 	g, err := gateway.New(cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "toron: %v\n", err)

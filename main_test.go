@@ -463,3 +463,67 @@ func TestReloadLogFormatNamesTheRunningEncoder(t *testing.T) {
 		t.Errorf("exit: %v", err)
 	}
 }
+
+// TestMetricsAreTyped: every family on /metrics carries its # TYPE line before its samples,
+// so that Prometheus ingests counters, gauges and histograms as such rather than untyped.
+func TestMetricsAreTyped(t *testing.T) {
+	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {})
+	port := freePort(t)
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\nlog:\n  access: false\n", port))
+	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /a\n    target: http://%s\n", upAddr))
+	cmd := exec.Command(binPath, "-config", cfg, "-routes", routes)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	waitHealthy(t, base)
+	if resp, err := http.Get(base + "/a/x"); err == nil {
+		resp.Body.Close()
+	}
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want := map[string]string{
+		"toron_requests_total": "counter", "toron_rejected_total": "counter",
+		"toron_route_inflight": "gauge", "toron_route_max_concurrency": "gauge",
+		"toron_workers_busy": "gauge", "toron_workers_max": "gauge", "toron_elevated_inflight": "gauge",
+		"toron_request_duration_seconds": "histogram", "toron_upstream_header_wait_seconds": "histogram",
+		"toron_request_body_bytes_total": "counter", "toron_response_body_bytes_total": "counter",
+		"toron_connections_open": "gauge", "toron_config_reloads_total": "counter",
+		"toron_config_reload_errors_total": "counter",
+	}
+	typed := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f, ok := strings.CutPrefix(line, "# TYPE "); ok {
+			name, typ, _ := strings.Cut(f, " ")
+			typed[name] = typ
+			continue
+		}
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		family := line[:strings.IndexAny(line, "{ ")]
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if base, ok := strings.CutSuffix(family, suffix); ok && want[base] == "histogram" {
+				family = base
+			}
+		}
+		if typed[family] == "" {
+			t.Errorf("sample %q comes before any # TYPE line of %s", line, family)
+		}
+	}
+	for name, typ := range want {
+		if typed[name] != typ {
+			t.Errorf("# TYPE %s is %q, want %q", name, typed[name], typ)
+		}
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); exitCode(err) != 0 {
+		t.Errorf("exit: %v", err)
+	}
+}

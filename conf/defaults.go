@@ -85,6 +85,9 @@ const (
 	// MaxBufferedBodyBytes is the largest max_body_bytes a route that always buffers
 	// (stream_request_body: false) may have: above it one request could pin too much memory.
 	MaxBufferedBodyBytes = 8 << 20
+	// MaxSensibleHeaderBytes is the max_header_bytes above which the configuration is warned
+	// about: fasthttp allocates a read buffer of that size for every open connection.
+	MaxSensibleHeaderBytes = 64 << 10
 )
 
 // Values of Server.InboundChunkedMode and Effective.InboundChunkedMode (SPEC 7).

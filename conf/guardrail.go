@@ -93,25 +93,37 @@ func deref[T any](p *T, def T) T {
 	return *p
 }
 
-// warnings returns the non-fatal findings: the elevated routes' bulkheads adding up to more
-// than the elevated budget (SPEC 2), which is allowed (they share it) but means they cannot
-// all be full at once.
-// maxSensibleHeaderBytes is the max_header_bytes above which -check warns: fasthttp allocates
-// a read buffer of that size for every open connection.
-const maxSensibleHeaderBytes = 64 << 10
-
+// warnings returns the non-fatal findings (printed by -check, logged at start and reload):
+//   - an empty route table;
+//   - routes that buffer bodies larger than 8 MiB because stream_threshold_bytes is above it
+//     (legal: SPEC 2 bounds only stream_request_body false, but every worker may hold one);
+//   - max_header_bytes above 64 KiB, the read buffer of every open connection;
+//   - the elevated routes' bulkheads adding up to more than the elevated budget (SPEC 2),
+//     which is allowed (they share it) but means they cannot all be full at once.
 func (c *Config) warnings() []string {
 	var out []string
 	if len(c.Routes) == 0 {
 		out = append(out, fmt.Sprintf("no routes: every request other than %s and %s is answered 404", c.Server.HealthPath, c.Server.MetricsPath))
 	}
 	if t := c.Server.StreamThresholdBytes; t > MaxBufferedBodyBytes {
-		// Not an error (SPEC 2 bounds only stream_request_body false), but the same 8 MiB line:
-		// every worker may hold a body this large in memory.
-		out = append(out, fmt.Sprintf("stream_threshold_bytes %d is above 8 MiB: every body up to that size is buffered whole in memory, up to %d of them at once (worker_pool_size)",
-			t, c.Server.WorkerPoolSize))
+		var big []string
+		for _, r := range c.Routes {
+			// Buffered below the threshold: declared lengths in automatic mode, and the decoded
+			// prefix of a chunked body in normalize mode; the route's ceiling bounds both.
+			e := &r.Effective
+			if e.StreamRequestBody == StreamNever || (e.StreamRequestBody != StreamAuto && e.InboundChunkedMode != ChunkedNormalize) {
+				continue
+			}
+			if n := min(t, e.MaxBodyBytes); n > MaxBufferedBodyBytes {
+				big = append(big, fmt.Sprintf("%s (%d)", r.Name, n))
+			}
+		}
+		if len(big) > 0 {
+			out = append(out, fmt.Sprintf("stream_threshold_bytes %d is above 8 MiB: routes %s buffer bodies of up to that many bytes whole in memory, one per busy worker (worker_pool_size %d)",
+				t, strings.Join(big, ", "), c.Server.WorkerPoolSize))
+		}
 	}
-	if h := c.Server.MaxHeaderBytes; h > maxSensibleHeaderBytes {
+	if h := c.Server.MaxHeaderBytes; h > MaxSensibleHeaderBytes {
 		out = append(out, fmt.Sprintf("max_header_bytes %d is above 64 KiB: it is the read buffer of every open connection, up to %d of them (max_connections)",
 			h, c.Server.MaxConnections))
 	}

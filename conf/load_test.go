@@ -386,15 +386,21 @@ func TestBudgetWarning(t *testing.T) {
 }
 
 // TestLargeStreamThresholdWarning: a threshold above 8 MiB is legal but buffers large bodies
-// whole, which -check and a reload warn about; 8 MiB exactly does not.
+// whole on the routes whose ceiling allows them, which -check and a reload warn about; 8 MiB
+// exactly, a route with a smaller ceiling, and a route that always streams do not.
 func TestLargeStreamThresholdWarning(t *testing.T) {
 	t.Parallel()
-	const up = `type: upstream, target: "http://127.0.0.1:9000", prefix: /a`
-	if cfg := mustLoad(t, "server:\n  stream_threshold_bytes: 8MiB\n", route(up)); len(cfg.Warnings) != 0 {
+	const up = `type: upstream, target: "http://127.0.0.1:9000", `
+	if cfg := mustLoad(t, "server:\n  stream_threshold_bytes: 8MiB\n", route(up+"prefix: /a, max_body_bytes: 1GiB")); len(cfg.Warnings) != 0 {
 		t.Errorf("8 MiB: warnings = %q, want none", cfg.Warnings)
 	}
-	cfg := mustLoad(t, "server:\n  stream_threshold_bytes: 100MiB\n", route(up))
-	want := []string{"stream_threshold_bytes 104857600 is above 8 MiB: every body up to that size is buffered whole in memory, up to 128 of them at once (worker_pool_size)"}
+	cfg := mustLoad(t, "server:\n  stream_threshold_bytes: 100MiB\n", route(
+		up+"prefix: /small",
+		up+"prefix: /big, max_body_bytes: 1GiB, max_concurrency: 4",
+		up+"prefix: /mid, max_body_bytes: 20MiB, max_concurrency: 4",
+		up+"prefix: /streams, max_body_bytes: 1GiB, max_concurrency: 4, stream_request_body: true, inbound_chunked_mode: passthrough",
+	))
+	want := []string{"stream_threshold_bytes 104857600 is above 8 MiB: routes /big (104857600), /mid (20971520) buffer bodies of up to that many bytes whole in memory, one per busy worker (worker_pool_size 128)"}
 	if !reflect.DeepEqual(cfg.Warnings, want) {
 		t.Errorf("warnings\n got %q\nwant %q", cfg.Warnings, want)
 	}

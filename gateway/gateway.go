@@ -77,9 +77,6 @@ func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	// # HELP and # TYPE lines, so that Prometheus types every family (histograms included)
-	// rather than ingesting them untyped. The switch is the library's, process-wide.
-	metrics.ExposeMetadata(true)
 	set := metrics.NewSet()
 	g := &Gateway{
 		log:      log,

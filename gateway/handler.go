@@ -2,12 +2,14 @@ package gateway
 
 import (
 	"bytes"
+	"errors"
 	"time"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
 	"toron/limits"
+	"toron/timeouts"
 )
 
 // Tier-1 413 and admission before the body (SPEC 3 steps 1-7).
@@ -220,10 +222,11 @@ func (g *Gateway) onError(ctx *fasthttp.RequestCtx, err error) {
 // lingerUnlessTimeout makes the close after a refused request linger: fasthttp stopped reading
 // mid-request (a 431 leaves the rest of the headers unread, a malformed request whatever
 // followed it), and closing a socket with unread bytes sends a reset that can destroy the
-// answer before the client reads it. A client that timed out was not sending: its connection
-// closes at once, so that a slow-header attack holds nothing longer.
+// answer before the client reads it. A client cut for being slow (a read timeout, or a body
+// that arrived below the minimum rate) was barely sending: its connection closes at once, so
+// that a drip attack holds nothing longer.
 func lingerUnlessTimeout(cc *clientConn, err error) {
-	if !isTimeout(err) {
+	if !isTimeout(err) && !errors.Is(err, timeouts.ErrSlowClient) {
 		cc.linger.Store(true)
 	}
 }

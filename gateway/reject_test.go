@@ -1,12 +1,16 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"toron/timeouts"
 )
 
 // TestRejectionsThroughListener checks the gateway's own answers: status, exact JSON, content
@@ -175,5 +179,27 @@ func TestRefusedRequestClosesWithoutReset(t *testing.T) {
 				t.Fatalf("got %q, want %s", got, want)
 			}
 		})
+	}
+}
+
+// TestLingerOnlyForRefusals: the close lingers after a refusal that may leave request bytes
+// unread, never after cutting a client for being slow (a timeout or a body below the minimum
+// rate), whose connection must close at once.
+func TestLingerOnlyForRefusals(t *testing.T) {
+	cases := []struct {
+		err    error
+		linger bool
+	}{
+		{errors.New("error when reading request headers: small read buffer"), true},
+		{errors.New("cannot parse request line"), true},
+		{os.ErrDeadlineExceeded, false},
+		{fmt.Errorf("body: %w", timeouts.ErrSlowClient), false},
+	}
+	for _, tc := range cases {
+		var cc clientConn
+		lingerUnlessTimeout(&cc, tc.err)
+		if got := cc.linger.Load(); got != tc.linger {
+			t.Errorf("%v: linger %v, want %v", tc.err, got, tc.linger)
+		}
 	}
 }
