@@ -181,7 +181,8 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 		out.SetHostBytes(host)
 	}
 
-	connTokens := in.Peek(fasthttp.HeaderConnection)
+	var stack [128]byte
+	connTokens := appendConnectionTokens(stack[:0], in.All())
 	// X-Forwarded-For: every previous hop (several header lines are one list, RFC 9110 5.3),
 	// then the client, built in a buffer the exchange reuses (SetBytesKV copies it).
 	buf := x.xff[:0]

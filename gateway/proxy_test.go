@@ -112,6 +112,42 @@ func TestHopByHopRemovedBothWays(t *testing.T) {
 	}
 }
 
+// TestHopByHopNamedOnSeveralConnectionLines: several Connection lines are one list (RFC 9110
+// 5.3), so a header named on any of them is hop-by-hop, in both directions.
+func TestHopByHopNamedOnSeveralConnectionLines(t *testing.T) {
+	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		for _, h := range []string{"X-A", "X-B", "X-C", "X-D"} {
+			w.Header().Set("X-Seen-"+h, r.Header.Get(h))
+		}
+		w.Header()["Connection"] = []string{"X-R1", "X-R2"}
+		w.Header().Set("X-R1", "1")
+		w.Header().Set("X-R2", "2")
+		w.Header().Set("X-R3", "3")
+		_, _ = io.WriteString(w, "ok")
+	})
+	gw := startGateway(t, "", upstreamRoute("/", up.addr, ""))
+	resp := rawRequest(t, gw.addr, "GET /h HTTP/1.1\r\nHost: a\r\nConnection: X-A\r\nConnection: keep-alive\r\nConnection: X-B, x-c\r\nX-A: 1\r\nX-B: 2\r\nX-C: 3\r\nX-D: 4\r\n\r\n")
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d %q", resp.StatusCode, resp.body)
+	}
+	for _, h := range []string{"X-Seen-X-A", "X-Seen-X-B", "X-Seen-X-C"} {
+		if v := resp.Header.Get(h); v != "" {
+			t.Errorf("request header named by a Connection line forwarded: %s=%q", h, v)
+		}
+	}
+	if resp.Header.Get("X-Seen-X-D") != "4" {
+		t.Errorf("end-to-end request header lost")
+	}
+	for _, h := range []string{"X-R1", "X-R2"} {
+		if v := resp.Header.Get(h); v != "" {
+			t.Errorf("response header named by a Connection line forwarded: %s=%q", h, v)
+		}
+	}
+	if resp.Header.Get("X-R3") != "3" {
+		t.Errorf("end-to-end response header lost")
+	}
+}
+
 func TestXForwardedHeaders(t *testing.T) {
 	up := startUpstream(t, nil)
 	gw := startGateway(t, "", upstreamRoute("/", up.addr, ""))
