@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -101,5 +102,78 @@ func TestHeaderLevelRejectHasRequestID(t *testing.T) {
 	}
 	if id := r.Header.Get("X-Request-Id"); id == "" || id == "mine" {
 		t.Errorf("X-Request-Id %q, want a generated one", id)
+	}
+}
+
+// TestHTTP10ClientGetsNoChunked: an HTTP/1.0 client cannot read chunked framing (RFC 9112 6.1),
+// so a response of unknown length reaches it raw, ended by the close of the connection; one
+// with a Content-Length keeps it, and an HTTP/1.1 client still gets chunked.
+func TestHTTP10ClientGetsNoChunked(t *testing.T) {
+	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/sized" {
+			io.WriteString(w, "sized body")
+			return
+		}
+		for _, part := range []string{"first part, ", "second part"} {
+			io.WriteString(w, part)
+			w.(http.Flusher).Flush() // unknown length: the upstream answers chunked
+		}
+	})
+	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
+	raw := func(req string) string {
+		c := dialRaw(t, gw.addr)
+		io.WriteString(c, req)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		b, err := io.ReadAll(c)
+		if err != nil {
+			t.Fatalf("%q: %v after %q (the connection must close cleanly)", req, err, b)
+		}
+		return string(b)
+	}
+	got := raw("GET /api/stream HTTP/1.0\r\nHost: a\r\n\r\n")
+	head, body, _ := strings.Cut(got, "\r\n\r\n")
+	lower := strings.ToLower(head)
+	if !strings.HasPrefix(head, "HTTP/1.1 200 ") || strings.Contains(lower, "transfer-encoding") || strings.Contains(lower, "content-length") ||
+		!strings.Contains(lower, "connection: close") || !strings.Contains(lower, "x-request-id: ") {
+		t.Errorf("HTTP/1.0, unknown length: header %q, want 200 with Connection: close, an X-Request-Id and no framing header", head)
+	}
+	if body != "first part, second part" {
+		t.Errorf("HTTP/1.0, unknown length: body %q, want the upstream's bytes as they are", body)
+	}
+
+	// HTTP/1.0 with keep-alive asked: the body still ends with the connection.
+	got = raw("GET /api/stream HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n")
+	if _, body, _ := strings.Cut(got, "\r\n\r\n"); body != "first part, second part" {
+		t.Errorf("HTTP/1.0 keep-alive, unknown length: body %q", body)
+	}
+
+	got = raw("GET /api/sized HTTP/1.0\r\nHost: a\r\n\r\n")
+	if !strings.Contains(strings.ToLower(got), "content-length: 10\r\n") || !strings.HasSuffix(got, "\r\n\r\nsized body") {
+		t.Errorf("HTTP/1.0, known length: %q, want Content-Length: 10", got)
+	}
+
+	got = raw("GET /api/stream HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+	if !strings.Contains(strings.ToLower(got), "transfer-encoding: chunked") {
+		t.Errorf("HTTP/1.1, unknown length: %q, want chunked", got)
+	}
+}
+
+// TestNoDefaultResponseContentType: a response without a Content-Type reaches the client without
+// one; fasthttp's default (text/plain) is not invented, on a 204 least of all.
+func TestNoDefaultResponseContentType(t *testing.T) {
+	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Type"] = nil // no sniffing: the upstream sends none
+		if r.URL.Path == "/api/empty" {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		io.WriteString(w, "untyped")
+	})
+	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
+	for _, path := range []string{"/api/empty", "/api/body"} {
+		resp := rawRequest(t, gw.addr, "GET "+path+" HTTP/1.1\r\nHost: a\r\n\r\n")
+		if ct, ok := resp.Header["Content-Type"]; ok {
+			t.Errorf("%s: Content-Type %q added", path, ct)
+		}
 	}
 }

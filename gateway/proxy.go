@@ -95,13 +95,22 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 		return
 	}
 
+	// The client gets the upstream's Content-Type or none: fasthttp would report its default
+	// (text/plain) for a response without one, even a 204.
+	resp.Header.SetNoDefaultContentType(true)
+	ctx.Response.Header.SetNoDefaultContentType(true)
 	copyResponseHeaders(&ctx.Response.Header, &resp.Header)
 	ctx.Response.Header.SetStatusCode(resp.StatusCode())
 	ctx.Response.Header.SetBytesKV(headerRequestID, x.reqID)
 	x.status = resp.StatusCode()
 	if bs := resp.BodyStream(); bs != nil {
 		x.rs.reset(x, bs)
-		ctx.Response.SetBodyStream(&x.rs, resp.Header.ContentLength())
+		cl := resp.Header.ContentLength()
+		if cl < 0 && !ctx.Request.Header.IsHTTP11() && !ctx.IsHead() {
+			g.streamToHTTP10(ctx, x)
+			return // finished by streamToHTTP10's hijack handler
+		}
+		ctx.Response.SetBodyStream(&x.rs, cl)
 		return // finished by x.rs.CloseWithError once fasthttp wrote the body
 	}
 	ctx.Response.SetBody(resp.Body())
@@ -113,6 +122,25 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 		}
 	}
 	x.finish()
+}
+
+// streamToHTTP10 sends a body of unknown length to an HTTP/1.0 client, which cannot read
+// chunked framing (RFC 9112 6.1: no Transfer-Encoding to a 1.0 client): the body is written as
+// it comes and its end is the end of the connection (Connection: close, no Content-Length), as
+// nginx does. fasthttp frames every body of unknown length chunked, so the connection is
+// hijacked once the handler returns: fasthttp writes nothing, and the hijack handler (on its own
+// goroutine, which fasthttp starts; only this rare path pays for it) writes the header and
+// copies the body through the connection's sliding write deadline, then finishes the exchange.
+func (g *Gateway) streamToHTTP10(ctx *fasthttp.RequestCtx, x *exchange) {
+	ctx.Response.Header.SetContentLength(-2) // neither Content-Length nor Transfer-Encoding; closes
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
+		_, err := c.Write(ctx.Response.Header.Header())
+		if err == nil {
+			_, err = x.rs.WriteTo(c)
+		}
+		_ = x.rs.CloseWithError(err)
+	})
 }
 
 // answerForwardError answers a failed forward: the client side failing (body cut, client gone,
