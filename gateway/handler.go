@@ -96,6 +96,12 @@ func (g *Gateway) decide(h *fasthttp.RequestHeader, x *exchange) {
 		x.reject(rejBadRequest)
 		return
 	}
+	// An absolute-form target names the host itself: the Host header is ignored and replaced
+	// by the target's authority, for routing and forwarding alike (RFC 9112 3.2.2), so that
+	// Toron and whatever sits behind it cannot disagree about the host.
+	if auth, ok := targetAuthority(h.RequestURI()); ok {
+		h.SetHostBytes(auth)
+	}
 	// OPTIONS * (asterisk-form) asks about the server, not a path: it is routed as "/" and
 	// forwarded as "*" (RFC 9112 3.2.4).
 	x.asterisk = string(h.RequestURI()) == "*"

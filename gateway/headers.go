@@ -208,7 +208,30 @@ func validRequestLine(h *fasthttp.RequestHeader) bool {
 		return false
 	}
 	scheme := target[:i]
-	return equalFold(scheme, schemeHTTP) || equalFold(scheme, schemeHTTPS)
+	if !equalFold(scheme, schemeHTTP) && !equalFold(scheme, schemeHTTPS) {
+		return false
+	}
+	// An http(s) URI with an empty host is invalid (RFC 9110 4.2.1), and one with userinfo is
+	// refused too (RFC 9110 4.2.4 deprecates it; it only ever served to mislead).
+	auth, _ := targetAuthority(target)
+	return len(auth) > 0 && bytes.IndexByte(auth, '@') < 0
+}
+
+// targetAuthority returns the authority of an absolute-form request-target
+// (scheme://authority/path?query); ok is false for the other forms.
+func targetAuthority(target []byte) (auth []byte, ok bool) {
+	if len(target) == 0 || target[0] == '/' {
+		return nil, false
+	}
+	i := bytes.Index(target, schemeSep)
+	if i < 0 {
+		return nil, false
+	}
+	auth = target[i+len(schemeSep):]
+	if end := bytes.IndexAny(auth, "/?"); end >= 0 {
+		auth = auth[:end]
+	}
+	return auth, true
 }
 
 var (

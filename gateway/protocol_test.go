@@ -177,3 +177,40 @@ func TestNoDefaultResponseContentType(t *testing.T) {
 		}
 	}
 }
+
+// TestAbsoluteFormNamesTheHost: with an absolute-form target the Host header is ignored and
+// replaced by the target's authority, for routing and forwarding (RFC 9112 3.2.2); a target
+// with an empty host or with userinfo is invalid.
+func TestAbsoluteFormNamesTheHost(t *testing.T) {
+	named := startUpstream(t, echoHandler)
+	other := startUpstream(t, echoHandler)
+	gw := startGateway(t, "", upstreamRoute("/h", named.addr, "host: example.com")+upstreamRoute("/h", other.addr, ""))
+	for _, proto := range []string{"HTTP/1.1\r\nHost: other.test", "HTTP/1.0"} {
+		resp := rawRequest(t, gw.addr, "GET http://Example.com:8080/h/x?q=1 "+proto+"\r\n\r\n")
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: status %d %q", proto, resp.StatusCode, resp.body)
+		}
+		if named.requests.Load() == 0 {
+			t.Fatalf("%s: routed by the Host header, not by the target's authority", proto)
+		}
+		if h := resp.Header.Get("X-Echo-Host"); h != "Example.com:8080" {
+			t.Errorf("%s: upstream Host %q, want the target's authority", proto, h)
+		}
+		if h := resp.Header.Get("X-Echo-H-X-Forwarded-Host"); h != "Example.com:8080" {
+			t.Errorf("%s: X-Forwarded-Host %q, want the target's authority", proto, h)
+		}
+		if u := resp.Header.Get("X-Echo-URI"); u != "/h/x?q=1" {
+			t.Errorf("%s: upstream request-target %q, want /h/x?q=1", proto, u)
+		}
+		named.requests.Store(0)
+	}
+	if n := other.requests.Load(); n != 0 {
+		t.Errorf("the route without a host got %d requests", n)
+	}
+	for _, target := range []string{"http:///h/x", "http://user@example.com/h/x", "http://?q/h"} {
+		resp := rawRequest(t, gw.addr, "GET "+target+" HTTP/1.1\r\nHost: example.com\r\n\r\n")
+		if resp.StatusCode != 400 {
+			t.Errorf("%s: status %d, want 400", target, resp.StatusCode)
+		}
+	}
+}
