@@ -380,3 +380,36 @@ func TestOptionsAsteriskForwarded(t *testing.T) {
 		t.Fatalf("OPTIONS *: %d, echo %q: the upstream did not get the asterisk-form", resp.StatusCode, resp.Header.Get("X-Echo-URI"))
 	}
 }
+
+// TestUpstreamClosingInsideItsHeaders: an upstream that closes after part of its response
+// headers closed the connection before its response headers, as the README's table says, and
+// is not "a response that could not be read".
+func TestUpstreamClosingInsideItsHeaders(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			buf := make([]byte, 4096)
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, _ = c.Read(buf)
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Le")
+			c.Close()
+		}
+	}()
+	gw := startGateway(t, "", upstreamRoute("/", ln.Addr().String(), ""))
+	resp := rawRequest(t, gw.addr, "GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+	want := `{"error":"502 Bad Gateway: upstream closed the connection before its response headers"}`
+	if resp.StatusCode != 502 || string(resp.body) != want {
+		t.Errorf("status %d body %s, want 502 %s", resp.StatusCode, resp.body, want)
+	}
+}
