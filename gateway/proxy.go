@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -190,7 +191,9 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 	if x.asterisk {
 		uri = append(uri[:0], '*')
 	}
-	if q := ctx.URI().QueryString(); len(q) > 0 {
+	// The original query, byte for byte from the request line (fasthttp's client drops an
+	// empty one, "/x?").
+	if _, q, ok := bytes.Cut(in.RequestURI(), []byte{'?'}); ok {
 		uri = append(uri, '?')
 		uri = append(uri, q...)
 	}
