@@ -33,6 +33,23 @@ func isHopByHop(k []byte) bool {
 // equalFold compares ASCII header names case-insensitively without allocating.
 func equalFold(a, b []byte) bool { return bytes.EqualFold(a, b) }
 
+// equalUnderscoreFold reports whether name equals the hyphenated header name h
+// case-insensitively once its underscores are read as hyphens, and contains one.
+func equalUnderscoreFold(name, h []byte) bool {
+	if len(name) != len(h) || bytes.IndexByte(name, '_') < 0 {
+		return false
+	}
+	for i, c := range name {
+		if c == '_' {
+			c = '-'
+		}
+		if c|0x20 != h[i]|0x20 {
+			return false
+		}
+	}
+	return true
+}
+
 // headerListHas reports whether the comma-separated token list (a Connection header value)
 // names k.
 func headerListHas(list, k []byte) bool {
@@ -152,6 +169,10 @@ func validateHeaders(h *fasthttp.RequestHeader) error {
 			if nTE > 1 || !equalFold(value, chunked) {
 				return errBadFraming
 			}
+		case equalUnderscoreFold(name, hdrContentLength), equalUnderscoreFold(name, hdrTransferEncoding):
+			// Content_Length or Transfer_Encoding: a CGI-style upstream (WSGI, PHP-FPM behind a
+			// translator) maps "_" and "-" to the same variable and may frame by it.
+			return errBadFraming
 		}
 	}
 	if nCL > 0 && nTE > 0 {
