@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -58,6 +59,20 @@ func (l *listener) closeAll() {
 	for _, c := range conns {
 		c.forceClose()
 	}
+}
+
+// waitClosed waits until every client connection was closed, or ctx ends.
+func (l *listener) waitClosed(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for l.open.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
 }
 
 func (l *listener) forget(c *clientConn) {

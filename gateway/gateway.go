@@ -230,7 +230,13 @@ func (g *Gateway) Draining() bool { return g.draining.Load() }
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.Drain()
 	err := g.srv.ShutdownWithContext(ctx)
-	if l := g.ln.Load(); err != nil && l != nil {
+	l := g.ln.Load()
+	if err == nil && l != nil {
+		// fasthttp no longer counts a hijacked connection (an HTTP/1.0 client's body of
+		// unknown length, streamToHTTP10); the listener still does, until its close.
+		err = l.waitClosed(ctx)
+	}
+	if err != nil && l != nil {
 		l.closeAll()
 	}
 	return err

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net/http"
 	"strings"
@@ -212,5 +213,44 @@ func TestAbsoluteFormNamesTheHost(t *testing.T) {
 		if resp.StatusCode != 400 {
 			t.Errorf("%s: status %d, want 400", target, resp.StatusCode)
 		}
+	}
+}
+
+// TestShutdownWaitsForHTTP10Stream: a body streamed to an HTTP/1.0 client runs on a hijacked
+// connection, which fasthttp no longer counts; shutdown still lets it finish.
+func TestShutdownWaitsForHTTP10Stream(t *testing.T) {
+	release := make(chan struct{})
+	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "first, ")
+		w.(http.Flusher).Flush()
+		<-release
+		io.WriteString(w, "last")
+	})
+	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
+	c := dialRaw(t, gw.addr)
+	io.WriteString(c, "GET /api/slow HTTP/1.0\r\nHost: a\r\n\r\n")
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "HTTP/1.1 200") {
+		t.Fatalf("status line %q, %v", line, err)
+	}
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		shut <- gw.g.Shutdown(ctx)
+	}()
+	select {
+	case err := <-shut:
+		t.Fatalf("shutdown returned (%v) while a response was still streaming", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	rest, err := io.ReadAll(br)
+	if err != nil || !strings.HasSuffix(string(rest), "\r\n\r\nfirst, last") {
+		t.Errorf("after shutdown began the client read %q, %v; want the whole body", rest, err)
+	}
+	if err := <-shut; err != nil {
+		t.Errorf("shutdown: %v", err)
 	}
 }
