@@ -235,7 +235,7 @@ func validRequestLine(h *fasthttp.RequestHeader) bool {
 	// An http(s) URI with an empty host is invalid (RFC 9110 4.2.1), and one with userinfo is
 	// refused too (RFC 9110 4.2.4 deprecates it; it only ever served to mislead).
 	auth, _ := targetAuthority(target)
-	return len(auth) > 0 && bytes.IndexByte(auth, '@') < 0
+	return len(hostName(auth)) > 0 && bytes.IndexByte(auth, '@') < 0
 }
 
 // targetAuthority returns the authority of an absolute-form request-target

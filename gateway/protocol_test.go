@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -144,8 +145,9 @@ func TestHTTP10ClientGetsNoChunked(t *testing.T) {
 
 	// HTTP/1.0 with keep-alive asked: the body still ends with the connection.
 	got = raw("GET /api/stream HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n")
-	if _, body, _ := strings.Cut(got, "\r\n\r\n"); body != "first part, second part" {
-		t.Errorf("HTTP/1.0 keep-alive, unknown length: body %q", body)
+	head, body, _ = strings.Cut(got, "\r\n\r\n")
+	if body != "first part, second part" || !strings.Contains(strings.ToLower(head), "connection: close") {
+		t.Errorf("HTTP/1.0 keep-alive, unknown length: %q, want Connection: close and the body", got)
 	}
 
 	got = raw("GET /api/sized HTTP/1.0\r\nHost: a\r\n\r\n")
@@ -208,7 +210,7 @@ func TestAbsoluteFormNamesTheHost(t *testing.T) {
 	if n := other.requests.Load(); n != 0 {
 		t.Errorf("the route without a host got %d requests", n)
 	}
-	for _, target := range []string{"http:///h/x", "http://user@example.com/h/x", "http://?q/h"} {
+	for _, target := range []string{"http:///h/x", "http://user@example.com/h/x", "http://?q/h", "http://:8080/h/x", "http://[]/h/x"} {
 		resp := rawRequest(t, gw.addr, "GET "+target+" HTTP/1.1\r\nHost: example.com\r\n\r\n")
 		if resp.StatusCode != 400 {
 			t.Errorf("%s: status %d, want 400", target, resp.StatusCode)
@@ -220,12 +222,15 @@ func TestAbsoluteFormNamesTheHost(t *testing.T) {
 // connection, which fasthttp no longer counts; shutdown still lets it finish.
 func TestShutdownWaitsForHTTP10Stream(t *testing.T) {
 	release := make(chan struct{})
+	var once sync.Once
+	releaseUp := func() { once.Do(func() { close(release) }) }
 	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "first, ")
 		w.(http.Flusher).Flush()
 		<-release
 		io.WriteString(w, "last")
 	})
+	t.Cleanup(releaseUp) // runs before the upstream's own cleanup, even after a Fatal
 	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
 	c := dialRaw(t, gw.addr)
 	io.WriteString(c, "GET /api/slow HTTP/1.0\r\nHost: a\r\n\r\n")
@@ -245,12 +250,54 @@ func TestShutdownWaitsForHTTP10Stream(t *testing.T) {
 		t.Fatalf("shutdown returned (%v) while a response was still streaming", err)
 	case <-time.After(300 * time.Millisecond):
 	}
-	close(release)
+	releaseUp()
 	rest, err := io.ReadAll(br)
 	if err != nil || !strings.HasSuffix(string(rest), "\r\n\r\nfirst, last") {
 		t.Errorf("after shutdown began the client read %q, %v; want the whole body", rest, err)
 	}
 	if err := <-shut; err != nil {
 		t.Errorf("shutdown: %v", err)
+	}
+}
+
+// TestHTTP10StreamNeverStartedIs499: when the connection is gone before fasthttp starts the
+// hijack of an HTTP/1.0 stream (a shutdown timeout closed it while the upstream was slow), the
+// request is counted as a client that left, not as a 200 nobody received.
+func TestHTTP10StreamNeverStartedIs499(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 1)
+	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		io.WriteString(w, "late")
+		w.(http.Flusher).Flush()
+	})
+	var once sync.Once
+	releaseUp := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(releaseUp)
+	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
+	c := dialRaw(t, gw.addr)
+	io.WriteString(c, "GET /api/slow HTTP/1.0\r\nHost: a\r\n\r\n")
+	select {
+	case <-arrived: // the request is with the upstream
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request never reached the upstream")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = gw.g.Shutdown(ctx) // times out and closes every client connection
+	releaseUp()            // the upstream answers only now, to a client that is gone
+	want := `toron_requests_total{route="/api",code="499"} 1`
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var b strings.Builder
+		gw.g.Metrics().WritePrometheus(&b)
+		if strings.Contains(b.String(), want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics lack %s:\n%s", want, b.String())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

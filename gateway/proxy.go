@@ -3,12 +3,14 @@ package gateway
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
 
 	"toron/limits"
 	"toron/streaming"
@@ -99,7 +101,6 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 	// The client gets the upstream's Content-Type or none: fasthttp would report its default
 	// (text/plain) for a response without one, even a 204.
 	resp.Header.SetNoDefaultContentType(true)
-	ctx.Response.Header.SetNoDefaultContentType(true)
 	copyResponseHeaders(&ctx.Response.Header, &resp.Header)
 	ctx.Response.Header.SetStatusCode(resp.StatusCode())
 	ctx.Response.Header.SetBytesKV(headerRequestID, x.reqID)
@@ -132,15 +133,34 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 // hijacked once the handler returns: fasthttp writes nothing, and the hijack handler (on its own
 // goroutine, which fasthttp starts; only this rare path pays for it) writes the header and
 // copies the body through the connection's sliding write deadline, then finishes the exchange.
+//
+// Until the hijack handler runs the exchange records no status: if fasthttp never starts it (the
+// socket was closed meanwhile, by a shutdown timeout), clientConn.Close finishes the exchange as
+// a client that left, not as a 200 nobody received. The close after the body lingers, so that
+// bytes the client sent after its request (a pipelined one) do not turn it into a reset that
+// would cut the body's tail.
 func (g *Gateway) streamToHTTP10(ctx *fasthttp.RequestCtx, x *exchange) {
 	ctx.Response.Header.SetContentLength(-2) // neither Content-Length nor Transfer-Encoding; closes
+	status := x.status
+	x.status = 0
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
-		_, err := c.Write(ctx.Response.Header.Header())
+		x.status = status
+		x.conn.linger.Store(true)
+		var err error
+		defer func() {
+			// fasthttp recovers a panic of the body copy on its own path, and so does this one:
+			// the slots are released and the process lives on.
+			if p := recover(); p != nil {
+				g.log.Error("panic while streaming a response to an HTTP/1.0 client", zap.Any("panic", p), zap.ByteString("request_id", x.reqID))
+				err = fmt.Errorf("BUG: gateway: panic while streaming a response: %v", p)
+			}
+			_ = x.rs.CloseWithError(err)
+		}()
+		_, err = c.Write(ctx.Response.Header.Header())
 		if err == nil {
 			_, err = x.rs.WriteTo(c)
 		}
-		_ = x.rs.CloseWithError(err)
 	})
 }
 
