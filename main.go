@@ -142,6 +142,11 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "toron: %v\n", err)
 		return exitFailed
 	}
+	// Signals are caught before the port opens: a SIGHUP sent as soon as /health answers must
+	// reload, not kill the process (its default action).
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 	ln, err := g.Listen()
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
@@ -159,9 +164,6 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- g.Serve(ln) }()
 
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(sigs)
 	for {
 		select {
 		case err := <-serveErr:
