@@ -2,9 +2,12 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -134,15 +137,51 @@ func (c *clientConn) Read(p []byte) (int, error) {
 // a large response to a slow but live client completes, a client that stops reading or reads a
 // byte every few seconds is cut. fasthttp's own WriteTimeout is off: it would be absolute for the
 // whole response, and waiting for the upstream must not count against it.
+//
+// A write whose deadline passes is judged by what the client acknowledged meanwhile, read from
+// the kernel's send queue (timeouts.Window.Stalled): with a full send buffer one write can wait
+// for longer than the window while the client reads steadily. That query is a system call made
+// only when a deadline passed.
 func (c *clientConn) Write(p []byte) (int, error) {
-	start := time.Now()
-	if d, ok := c.writeWin.Before(start); ok {
-		if err := c.Conn.SetWriteDeadline(d); err != nil {
-			return 0, err
+	written := 0
+	for {
+		start := time.Now()
+		if d, ok := c.writeWin.Before(start); ok {
+			if err := c.Conn.SetWriteDeadline(d); err != nil {
+				return written, err
+			}
+		}
+		n, err := c.Conn.Write(p[written:])
+		written += n
+		end := time.Now()
+		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || c.writeWin.Timeout <= 0 {
+			return written, c.writeWin.After(start, end, n, err)
+		}
+		if werr := c.writeWin.Stalled(start, end, n, c.unacked()); werr != nil {
+			return written, werr
 		}
 	}
-	n, err := c.Conn.Write(p)
-	return n, c.writeWin.After(start, time.Now(), n, err)
+}
+
+// unacked returns the bytes written to the socket that the client has not acknowledged yet
+// (SIOCOUTQ), -1 if the kernel cannot tell.
+func (c *clientConn) unacked() int64 {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return -1
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	var queued int32
+	var errno syscall.Errno
+	if err := rc.Control(func(fd uintptr) {
+		_, _, errno = syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCOUTQ, uintptr(unsafe.Pointer(&queued)))
+	}); err != nil || errno != 0 {
+		return -1
+	}
+	return int64(queued)
 }
 
 // Close releases whatever the request in progress still holds, then closes the connection,

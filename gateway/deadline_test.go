@@ -328,3 +328,33 @@ func TestAbandonedElevatedReportsFreeBulkhead(t *testing.T) {
 	}
 	waitIdle(t, gw.g)
 }
+
+// TestSlowReaderWithFullSendBufferCompletes: once the gateway's socket send buffer is full, the
+// kernel wakes a blocked write only after a large share of it drained, which at a modest but
+// steady client rate takes longer than the write window. The client is reading, so it must not
+// be cut: its progress is what the kernel's send queue lost, not what one write call moved.
+func TestSlowReaderWithFullSendBufferCompletes(t *testing.T) {
+	t.Parallel()
+	up := startUpstream(t, bigHandler)
+	gw := startGateway(t, "write_timeout: 300ms\n", upstreamRoute("/", up.addr, ""))
+	const size = 12 << 20
+	c := dialRaw(t, gw.addr)
+	_ = c.(*net.TCPConn).SetReadBuffer(64 << 10)
+	fmt.Fprintf(c, "GET /big?size=%d HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", size)
+	buf := make([]byte, 32<<10)
+	total := 0
+	start := time.Now()
+	for {
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		n, err := c.Read(buf)
+		total += n
+		if err != nil {
+			if err != io.EOF || total < size {
+				t.Fatalf("a steady reader (%.0f KB/s) was cut after %d of %d bytes: %v",
+					float64(total)/time.Since(start).Seconds()/1e3, total, size, err)
+			}
+			return
+		}
+		time.Sleep(15 * time.Millisecond) // at most about 2 MB/s
+	}
+}

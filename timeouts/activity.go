@@ -46,6 +46,11 @@ type Window struct {
 	deadline time.Time
 	waited   time.Duration
 	moved    int64
+	// The send-queue mark of a write window (see Stalled): the peer's unacknowledged bytes
+	// when the mark was taken, and the bytes written since.
+	marked    bool
+	mark      int64
+	sinceMark int64
 	// Rearms counts deadline system calls, for tests and metrics.
 	Rearms int64
 	// Ops counts reads or writes that went through the window.
@@ -78,6 +83,7 @@ func (w *Window) After(start, end time.Time, n int, err error) error {
 	w.Ops++
 	w.waited += end.Sub(start)
 	w.moved += int64(n)
+	w.sinceMark += int64(n)
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return ErrStalled
@@ -90,5 +96,42 @@ func (w *Window) After(start, end time.Time, n int, err error) error {
 		}
 		w.waited, w.moved = 0, 0
 	}
+	return nil
+}
+
+// Stalled decides for a write whose socket deadline passed after it had written n bytes, from
+// queue, the bytes the peer has not acknowledged yet (the kernel's send queue, SIOCOUTQ); -1
+// when unknown. A blocked write is a poor measure of a reader: once the socket's send buffer is
+// full, the kernel wakes the writer only after a large share of it drained, which at a modest
+// but steady rate takes longer than the window. What the peer acknowledged is the measure:
+//
+//   - the first stall takes a mark of the queue and grants one more window (nil: write on);
+//   - a later stall compares: the peer acknowledged at least MinProgress bytes (at least one)
+//     since the mark, and the window starts over from a new mark; or it did not, and the peer
+//     is cut with ErrSlowClient (some bytes) or ErrStalled (none).
+//
+// A peer that stops reading is therefore cut within two windows, like a dripping one. After a
+// nil answer, the next Before re-arms the deadline.
+func (w *Window) Stalled(start, end time.Time, n int, queue int64) error {
+	w.Ops++
+	w.sinceMark += int64(n)
+	if queue < 0 {
+		return ErrStalled
+	}
+	if !w.marked {
+		w.marked, w.mark, w.sinceMark = true, queue, 0
+		w.deadline = time.Time{}
+		return nil
+	}
+	acked := w.mark + w.sinceMark - queue
+	if acked < max(w.MinProgress, 1) {
+		if acked > 0 {
+			return ErrSlowClient
+		}
+		return ErrStalled
+	}
+	w.mark, w.sinceMark = queue, 0
+	w.deadline = time.Time{}
+	w.waited, w.moved = 0, 0
 	return nil
 }

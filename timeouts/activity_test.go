@@ -95,3 +95,70 @@ func TestWindowDisabled(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWindowStalledWriteJudgedByAcks: a write blocked past its deadline is judged by what the
+// peer acknowledged (the send queue), not by what the write call moved. A steady reader behind
+// a full send buffer writes on; one that stopped reading, or reads below MinProgress, is cut
+// at the second stall, within two windows.
+func TestWindowStalledWriteJudgedByAcks(t *testing.T) {
+	const win = time.Second
+	stall := func(w *Window, now time.Time, n int, queue int64) (time.Time, error) {
+		w.Before(now)
+		end := now.Add(win)
+		return end, w.Stalled(now, end, n, queue)
+	}
+
+	// A reader that drains 300 KB per window while the writer waits for buffer space.
+	var w Window
+	w.Reset(win, 1024)
+	now, queue := t0, int64(4<<20)
+	for i := 0; i < 10; i++ {
+		var err error
+		if now, err = stall(&w, now, 0, queue); err != nil {
+			t.Fatalf("stall %d: a steady reader was cut: %v", i, err)
+		}
+		queue -= 300_000
+		// The kernel woke the writer once: it refilled part of the queue.
+		if i%3 == 2 {
+			w.Before(now)
+			if err := w.After(now, now.Add(10*time.Millisecond), 900_000, nil); err != nil {
+				t.Fatalf("write after a wake-up: %v", err)
+			}
+			queue += 900_000
+		}
+	}
+	if _, ok := w.Before(now); !ok {
+		t.Error("after a pardoned stall the deadline must be re-armed")
+	}
+
+	// A reader that stopped: the first stall takes the mark, the second cuts.
+	w.Reset(win, 1024)
+	now = t0
+	if _, err := stall(&w, now, 0, 4<<20); err != nil {
+		t.Fatalf("first stall must take the mark, got %v", err)
+	}
+	if _, err := stall(&w, now.Add(win), 0, 4<<20); !errors.Is(err, ErrStalled) {
+		t.Errorf("a reader that stopped: %v, want ErrStalled", err)
+	}
+
+	// A reader of 100 bytes per window, below MinProgress.
+	w.Reset(win, 1024)
+	stall(&w, t0, 0, 4<<20)
+	if _, err := stall(&w, t0.Add(win), 0, 4<<20-100); !errors.Is(err, ErrSlowClient) {
+		t.Errorf("a dripping reader: %v, want ErrSlowClient", err)
+	}
+
+	// Bytes written between the stalls count as queued, not as progress.
+	w.Reset(win, 1024)
+	stall(&w, t0, 0, 1<<20)
+	w.After(t0, t0.Add(time.Millisecond), 64<<10, nil)
+	if _, err := stall(&w, t0.Add(win), 0, 1<<20+64<<10); !errors.Is(err, ErrStalled) {
+		t.Errorf("written but not acknowledged: %v, want ErrStalled", err)
+	}
+
+	// Without the kernel's answer a stall is a stall.
+	w.Reset(win, 1024)
+	if _, err := stall(&w, t0, 0, -1); !errors.Is(err, ErrStalled) {
+		t.Errorf("unknown queue: %v, want ErrStalled", err)
+	}
+}
