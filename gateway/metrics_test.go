@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // scrape returns /metrics as a map from series (name{labels}) to value.
@@ -110,3 +111,25 @@ func TestMetricsAfterScriptedMix(t *testing.T) {
 }
 
 func int64f(n int) float64 { return float64(n) }
+
+// TestNoHeaderWaitForAnAbandonedBody: a streamed upload the client abandons never waited for
+// the upstream's headers; it must not enter toron_upstream_header_wait_seconds as one.
+func TestNoHeaderWaitForAnAbandonedBody(t *testing.T) {
+	up := startUpstream(t, nil)
+	gw := startGateway(t, "", upstreamRoute("/up", up.addr, "max_body_bytes: 64MiB"))
+	c := dialRaw(t, gw.addr)
+	io.WriteString(c, "POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 10000000\r\n\r\n")
+	io.WriteString(c, strings.Repeat("x", 300<<10))
+	time.Sleep(300 * time.Millisecond) // the body is streaming upstream
+	c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for scrape(t, gw.addr)[`toron_requests_total{route="/up",code="499"}`] != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the abandoned upload was not counted as 499")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := scrape(t, gw.addr)[`toron_upstream_header_wait_seconds_count{route="/up"}`]; n != 0 {
+		t.Errorf("header wait recorded %v times for an upload whose body never ended", n)
+	}
+}

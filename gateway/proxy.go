@@ -66,6 +66,11 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 		start = sent
 	}
 	x.headerWait = time.Since(start)
+	if berr := x.body.err; berr != nil && !errors.Is(berr, io.EOF) {
+		// The body never arrived whole (the client left, dripped or crossed the limit): the
+		// upstream was never waited for, and the whole body phase is no header wait.
+		x.headerWait = 0
+	}
 	fasthttp.ReleaseRequest(req)
 	x.body.release()
 	cc.bodyPhase = false
