@@ -39,10 +39,10 @@ func (l *listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	cc := &clientConn{Conn: c, ln: l}
+	cc := &clientConn{Conn: c, ln: l, activeAt: time.Now()}
 	cc.x.conn = cc
 	// The first request's line and headers must arrive within read_timeout of the accept.
-	_ = c.SetReadDeadline(time.Now().Add(l.g.snap.Load().cfg.Server.ReadTimeout))
+	_ = c.SetReadDeadline(cc.activeAt.Add(l.g.snap.Load().cfg.Server.ReadTimeout))
 	l.mu.Lock()
 	l.conns[cc] = struct{}{}
 	l.mu.Unlock()
@@ -110,6 +110,9 @@ type clientConn struct {
 	// always go through writeWin. Both are reset for each request in onHeaders.
 	bodyPhase bool
 	headBytes int64 // bytes read since the connection went idle (or was accepted)
+	// activeAt is when the current request's first byte arrived (or the connection was
+	// accepted): the start of a request fasthttp refuses before any hook saw it.
+	activeAt time.Time
 	readWin   timeouts.Window
 	writeWin  timeouts.Window
 }
@@ -243,7 +246,8 @@ func (g *Gateway) onConnState(c net.Conn, state fasthttp.ConnState) {
 	s := &g.snap.Load().cfg.Server
 	switch state {
 	case fasthttp.StateActive:
-		_ = cc.Conn.SetReadDeadline(time.Now().Add(s.ReadTimeout))
+		cc.activeAt = time.Now()
+		_ = cc.Conn.SetReadDeadline(cc.activeAt.Add(s.ReadTimeout))
 	case fasthttp.StateIdle:
 		cc.bodyPhase = false
 		cc.headBytes = 0

@@ -358,3 +358,21 @@ func TestSlowReaderWithFullSendBufferCompletes(t *testing.T) {
 		time.Sleep(15 * time.Millisecond) // at most about 2 MB/s
 	}
 }
+
+// TestHeaderTimeoutDuration: a request cut for slow headers lasted read_timeout, from its first
+// byte; its duration is not the instant of the answer.
+func TestHeaderTimeoutDuration(t *testing.T) {
+	up := startUpstream(t, nil)
+	gw := startGateway(t, "read_timeout: 1s\n", upstreamRoute("/", up.addr, ""))
+	c := dialRaw(t, gw.addr)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n") // and never the blank line
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	io.ReadAll(c)
+	m := scrape(t, gw.addr)
+	if n := m[`toron_request_duration_seconds_count{route="none"}`]; n != 1 {
+		t.Fatalf("%v requests counted under route none, want the one cut", n)
+	}
+	if d := m[`toron_request_duration_seconds_sum{route="none"}`]; d < 0.8 {
+		t.Errorf("the header timeout lasted %.3fs by the metrics, want about read_timeout (1s)", d)
+	}
+}

@@ -214,8 +214,12 @@ func (g *Gateway) onError(ctx *fasthttp.RequestCtx, err error) {
 		return
 	default:
 		// fasthttp refused the request before our hook saw it: there is no path or route,
-		// but the answer and the access line still get a request id.
+		// but the answer and the access line still get a request id, and its duration counts
+		// from the request's first byte (a header timeout lasted read_timeout, not nothing).
 		x.begin(g, ctx)
+		if cc.activeAt.Before(x.start) {
+			x.start = cc.activeAt
+		}
 		x.setRequestID(nil)
 		x.reject(clientErrorRejection(err))
 		lingerUnlessTimeout(cc, err)
