@@ -113,8 +113,8 @@ type clientConn struct {
 	// activeAt is when the current request's first byte arrived (or the connection was
 	// accepted): the start of a request fasthttp refuses before any hook saw it.
 	activeAt time.Time
-	readWin   timeouts.Window
-	writeWin  timeouts.Window
+	readWin  timeouts.Window
+	writeWin timeouts.Window
 }
 
 // Read reads from the client. While a request body is read, the activity window of SPEC 5
