@@ -160,16 +160,16 @@ func (c *clientConn) Write(p []byte) (int, error) {
 		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || c.writeWin.Timeout <= 0 {
 			return written, c.writeWin.After(start, end, n, err)
 		}
-		if werr := c.writeWin.Stalled(start, end, n, c.unacked()); werr != nil {
+		if werr := c.writeWin.Stalled(start, end, n, unackedBytes(c.Conn)); werr != nil {
 			return written, werr
 		}
 	}
 }
 
-// unacked returns the bytes written to the socket that the client has not acknowledged yet
+// unackedBytes returns the bytes written to c that the peer has not acknowledged yet
 // (SIOCOUTQ), -1 if the kernel cannot tell.
-func (c *clientConn) unacked() int64 {
-	sc, ok := c.Conn.(syscall.Conn)
+func unackedBytes(c net.Conn) int64 {
+	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return -1
 	}

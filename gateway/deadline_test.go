@@ -376,3 +376,33 @@ func TestHeaderTimeoutDuration(t *testing.T) {
 		t.Errorf("the header timeout lasted %.3fs by the metrics, want about read_timeout (1s)", d)
 	}
 }
+
+// TestSteadyUpstreamReaderBehindFullBufferNotCut: the same rule upstream: an upstream that reads
+// a large body slowly but steadily behind a full send buffer has not stopped reading.
+func TestSteadyUpstreamReaderBehindFullBufferNotCut(t *testing.T) {
+	t.Parallel()
+	const size = 12 << 20
+	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		buf := make([]byte, 32<<10)
+		n := 0
+		for {
+			m, err := r.Body.Read(buf)
+			n += m
+			if err != nil {
+				break
+			}
+			time.Sleep(15 * time.Millisecond) // at most about 2 MB/s
+		}
+		fmt.Fprint(w, n)
+	})
+	gw := startGateway(t, "", upstreamRoute("/up", up.addr, "max_body_bytes: 64MiB\nwrite_timeout: 300ms\nread_timeout: 30s"))
+	resp, err := http.Post("http://"+gw.addr+"/up/x", "application/octet-stream", strings.NewReader(strings.Repeat("s", size)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(b) != fmt.Sprint(size) {
+		t.Fatalf("a steady upstream reader got %d %s, want 200 %d", resp.StatusCode, b, size)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"toron/conf"
+	"toron/timeouts"
 )
 
 // Upstream buffer sizes. The read buffer bounds the upstream's response headers (fasthttp's
@@ -108,48 +109,58 @@ type upstreamConn struct {
 	aborted atomic.Bool
 	peeker  *peeker
 
-	requests      int
-	reading       bool
-	aliveAt       time.Time // last response byte read, or last peek that found the connection open
-	respBytes     int64
-	readDeadline  time.Time
-	writeDeadline time.Time
+	requests     int
+	reading      bool
+	aliveAt      time.Time // last response byte read, or last peek that found the connection open
+	respBytes    int64
+	readDeadline time.Time
+	writeWin     timeouts.Window
 }
 
-// Write sends request bytes under a sliding write window.
+// Write sends request bytes under a sliding write window. A write blocked past its deadline is
+// judged by what the upstream acknowledged meanwhile (timeouts.Window.Stalled, as for the
+// client): an upstream that reads a large body slowly but steadily behind a full send buffer
+// is not one that stopped reading.
 func (c *upstreamConn) Write(p []byte) (int, error) {
 	if c.reading || c.requests == 0 {
 		c.requests++
 		c.reading = false
 		c.respBytes = 0
+		c.writeWin.Reset(c.to.write, 0)
 		if c.requests > 1 && c.closedWhileIdle() {
 			return 0, errStaleConn
 		}
 	}
-	if w := c.to.write; w > 0 {
-		now := time.Now()
-		if c.writeDeadline.Sub(now) < w/2 {
-			c.writeDeadline = now.Add(w)
-			if err := c.Conn.SetWriteDeadline(c.writeDeadline); err != nil {
-				return 0, err
+	written := 0
+	for {
+		start := time.Now()
+		if d, ok := c.writeWin.Before(start); ok {
+			if err := c.Conn.SetWriteDeadline(d); err != nil {
+				return written, err
 			}
 		}
-	}
-	if c.aborted.Load() {
-		return 0, errClientLeft
-	}
-	n, err := c.Conn.Write(p)
-	if err != nil {
 		if c.aborted.Load() {
-			return n, errClientLeft
+			return written, errClientLeft
 		}
-		if isTimeout(err) {
-			// fasthttp turns every timeout into ErrTimeout; this one must stay apart from the
-			// response header timeout (504): it is an upstream that stopped reading (502).
-			return n, &writeStallError{err: err}
+		n, err := c.Conn.Write(p[written:])
+		written += n
+		if err == nil {
+			_ = c.writeWin.After(start, time.Now(), n, nil) // no minimum rate upstream
+			return written, nil
 		}
+		if c.aborted.Load() {
+			return written, errClientLeft
+		}
+		if !isTimeout(err) {
+			return written, err
+		}
+		if c.writeWin.Timeout > 0 && c.writeWin.Stalled(start, time.Now(), n, unackedBytes(c.Conn)) == nil {
+			continue
+		}
+		// fasthttp turns every timeout into ErrTimeout; this one must stay apart from the
+		// response header timeout (504): it is an upstream that stopped reading (502).
+		return written, &writeStallError{err: err}
 	}
-	return n, err
 }
 
 // writeStallError is an upstream that did not take request bytes within its write window. It
