@@ -146,21 +146,38 @@ func (c *clientConn) Read(p []byte) (int, error) {
 // for longer than the window while the client reads steadily. That query is a system call made
 // only when a deadline passed.
 func (c *clientConn) Write(p []byte) (int, error) {
+	return writeInWindow(c.Conn, &c.writeWin, p, nil)
+}
+
+// writeInWindow writes p to conn under the sliding write window w, for both ends of a
+// proxied request (clientConn, upstreamConn). A write whose deadline passed is judged by what
+// the peer acknowledged meanwhile (w.Stalled, from unackedBytes) and goes on while the peer
+// reads. The window's verdict is returned: ErrStalled, ErrSlowClient or the socket's error.
+// interrupted, when not nil, is checked before each write and after a failed one: set, it ends
+// the write with errClientLeft (upstreamConn.abort sets it together with a deadline in the past,
+// which a stall must not be mistaken for).
+func writeInWindow(conn net.Conn, w *timeouts.Window, p []byte, interrupted *atomic.Bool) (int, error) {
 	written := 0
 	for {
 		start := time.Now()
-		if d, ok := c.writeWin.Before(start); ok {
-			if err := c.Conn.SetWriteDeadline(d); err != nil {
+		if d, ok := w.Before(start); ok {
+			if err := conn.SetWriteDeadline(d); err != nil {
 				return written, err
 			}
 		}
-		n, err := c.Conn.Write(p[written:])
+		if interrupted != nil && interrupted.Load() {
+			return written, errClientLeft
+		}
+		n, err := conn.Write(p[written:])
 		written += n
 		end := time.Now()
-		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || c.writeWin.Timeout <= 0 {
-			return written, c.writeWin.After(start, end, n, err)
+		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || w.Timeout <= 0 {
+			return written, w.After(start, end, n, err)
 		}
-		if werr := c.writeWin.Stalled(start, end, n, unackedBytes(c.Conn)); werr != nil {
+		if interrupted != nil && interrupted.Load() {
+			return written, errClientLeft
+		}
+		if werr := w.Stalled(start, end, n, unackedBytes(conn)); werr != nil {
 			return written, werr
 		}
 	}

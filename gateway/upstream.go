@@ -131,36 +131,18 @@ func (c *upstreamConn) Write(p []byte) (int, error) {
 			return 0, errStaleConn
 		}
 	}
-	written := 0
-	for {
-		start := time.Now()
-		if d, ok := c.writeWin.Before(start); ok {
-			if err := c.Conn.SetWriteDeadline(d); err != nil {
-				return written, err
-			}
-		}
-		if c.aborted.Load() {
-			return written, errClientLeft
-		}
-		n, err := c.Conn.Write(p[written:])
-		written += n
-		if err == nil {
-			_ = c.writeWin.After(start, time.Now(), n, nil) // no minimum rate upstream
-			return written, nil
-		}
-		if c.aborted.Load() {
-			return written, errClientLeft
-		}
-		if !isTimeout(err) {
-			return written, err
-		}
-		if c.writeWin.Timeout > 0 && c.writeWin.Stalled(start, time.Now(), n, unackedBytes(c.Conn)) == nil {
-			continue
-		}
+	n, err := writeInWindow(c.Conn, &c.writeWin, p, &c.aborted)
+	switch {
+	case err == nil:
+		return n, nil
+	case c.aborted.Load():
+		return n, errClientLeft
+	case isTimeout(err):
 		// fasthttp turns every timeout into ErrTimeout; this one must stay apart from the
 		// response header timeout (504): it is an upstream that stopped reading (502).
-		return written, &writeStallError{err: err}
+		return n, &writeStallError{err: err}
 	}
+	return n, err
 }
 
 // writeStallError is an upstream that did not take request bytes within its write window. It
