@@ -190,15 +190,7 @@ func TestGracefulShutdown(t *testing.T) {
 	dir := t.TempDir()
 	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 1s\n  shutdown_timeout: 10s\nlog:\n  access: true\n", port))
 	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /\n    target: http://%s\n", upAddr))
-	cmd := exec.Command(binPath, "-config", cfg, "-routes", routes)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	waitHealthy(t, base)
+	cmd, stderr, base := startBinary(t, cfg, routes, port)
 
 	type result struct {
 		status int
@@ -261,6 +253,23 @@ func TestGracefulShutdown(t *testing.T) {
 	if !strings.Contains(stderr.String(), `"msg":"request"`) {
 		t.Errorf("no access log line on stderr: %s", stderr.String())
 	}
+}
+
+// startBinary starts the gateway binary on cfg and routes, whose server port is port, waits
+// until it answers /health and kills it when the test ends. It returns the process, its stderr
+// and its base URL.
+func startBinary(t *testing.T, cfg, routes string, port int) (*exec.Cmd, *syncBuffer, string) {
+	t.Helper()
+	cmd := exec.Command(binPath, "-config", cfg, "-routes", routes)
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	waitHealthy(t, base)
+	return cmd, stderr, base
 }
 
 func waitHealthy(t *testing.T, base string) {
@@ -335,15 +344,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 		return fmt.Sprintf("  - type: upstream\n    prefix: %s\n    target: http://%s\n", prefix, upAddr)
 	}
 	routes := writeFile(t, dir, "routes.yaml", "routes:\n"+route("/a"))
-	cmd := exec.Command(binPath, "-config", cfg, "-routes", routes)
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	waitHealthy(t, base)
+	cmd, stderr, base := startBinary(t, cfg, routes, port)
 	status := func(path string) int {
 		resp, err := http.Get(base + path)
 		if err != nil {
@@ -429,14 +430,7 @@ func TestReloadLogFormatNamesTheRunningEncoder(t *testing.T) {
 	}
 	cfg := writeFile(t, dir, "config.yaml", serverYAML("json"))
 	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /a\n    target: http://%s\n", upAddr))
-	cmd := exec.Command(binPath, "-config", cfg, "-routes", routes)
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	waitHealthy(t, fmt.Sprintf("http://127.0.0.1:%d", port))
+	cmd, stderr, _ := startBinary(t, cfg, routes, port)
 	reloadTo := func(format string, reloads int) {
 		t.Helper()
 		writeFile(t, dir, "config.yaml", serverYAML(format))
@@ -472,13 +466,7 @@ func TestMetricsAreTyped(t *testing.T) {
 	dir := t.TempDir()
 	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\nlog:\n  access: false\n", port))
 	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /a\n    target: http://%s\n", upAddr))
-	cmd := exec.Command(binPath, "-config", cfg, "-routes", routes)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	waitHealthy(t, base)
+	cmd, _, base := startBinary(t, cfg, routes, port)
 	if resp, err := http.Get(base + "/a/x"); err == nil {
 		resp.Body.Close()
 	}

@@ -195,10 +195,10 @@ func TestGatewayTimeout(t *testing.T) {
 	}
 }
 
-// slowReadClient requests a large body and reads it at the given pace, with a small receive
-// buffer so that loopback buffering does not hide a stall. It returns the bytes read and
-// whether the body ended cleanly.
-func slowReadClient(t *testing.T, addr string, size int, chunk int, pause time.Duration) (int, bool) {
+// slowReadClient requests a large body and reads it at the given pace (chunk bytes at most, then
+// a pause), with a receive buffer of rcvbuf bytes, small so that loopback buffering does not
+// hide a stall. It returns the bytes read and whether the body ended cleanly.
+func slowReadClient(t *testing.T, addr string, size, rcvbuf, chunk int, pause time.Duration) (int, bool) {
 	t.Helper()
 	d := net.Dialer{Control: nil}
 	c, err := d.Dial("tcp", addr)
@@ -206,7 +206,7 @@ func slowReadClient(t *testing.T, addr string, size int, chunk int, pause time.D
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_ = c.(*net.TCPConn).SetReadBuffer(8 << 10)
+	_ = c.(*net.TCPConn).SetReadBuffer(rcvbuf)
 	fmt.Fprintf(c, "GET /big?size=%d HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", size)
 	buf := make([]byte, chunk)
 	total := 0
@@ -241,7 +241,7 @@ func TestSlowReaderAboveMinimumCompletes(t *testing.T) {
 	gw := startGateway(t, "write_timeout: 1s\n", upstreamRoute("/", up.addr, ""))
 	const size = 1 << 20
 	// At most 16 KiB every 10 ms: far above 1 KiB per window, far below loopback.
-	n, clean := slowReadClient(t, gw.addr, size, 16<<10, 10*time.Millisecond)
+	n, clean := slowReadClient(t, gw.addr, size, 8<<10, 16<<10, 10*time.Millisecond)
 	if !clean || n < size {
 		t.Fatalf("slow but live reader got %d of %d bytes (clean end %v)", n, size, clean)
 	}
@@ -338,24 +338,12 @@ func TestSlowReaderWithFullSendBufferCompletes(t *testing.T) {
 	up := startUpstream(t, bigHandler)
 	gw := startGateway(t, "write_timeout: 300ms\n", upstreamRoute("/", up.addr, ""))
 	const size = 12 << 20
-	c := dialRaw(t, gw.addr)
-	_ = c.(*net.TCPConn).SetReadBuffer(64 << 10)
-	fmt.Fprintf(c, "GET /big?size=%d HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", size)
-	buf := make([]byte, 32<<10)
-	total := 0
+	// At most 32 KiB every 15 ms, about 2 MB/s, through a 64 KiB receive buffer.
 	start := time.Now()
-	for {
-		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
-		n, err := c.Read(buf)
-		total += n
-		if err != nil {
-			if err != io.EOF || total < size {
-				t.Fatalf("a steady reader (%.0f KB/s) was cut after %d of %d bytes: %v",
-					float64(total)/time.Since(start).Seconds()/1e3, total, size, err)
-			}
-			return
-		}
-		time.Sleep(15 * time.Millisecond) // at most about 2 MB/s
+	n, clean := slowReadClient(t, gw.addr, size, 64<<10, 32<<10, 15*time.Millisecond)
+	if !clean || n < size {
+		t.Fatalf("a steady reader (%.0f KB/s) was cut after %d of %d bytes",
+			float64(n)/time.Since(start).Seconds()/1e3, n, size)
 	}
 }
 
