@@ -139,6 +139,16 @@ func (b *bodyReader) release() {
 	}
 }
 
+// dropPrefix returns the normalize prefix to its pool once it was forwarded: it decided between
+// a Content-Length and re-chunking, and must not be held for the rest of a long upload.
+func (b *bodyReader) dropPrefix() {
+	if b.pre != nil {
+		bytebufferpool.Put(b.pre)
+		b.pre = nil
+		b.preAt = 0
+	}
+}
+
 func (b *bodyReader) takeBuffer() []byte {
 	if b.buf == nil {
 		b.buf = streaming.GetBuffer()
@@ -172,6 +182,9 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	if b.pre != nil && b.preAt < len(b.pre.B) {
 		n := copy(p, b.pre.B[b.preAt:])
 		b.preAt += n
+		if b.preAt == len(b.pre.B) {
+			b.dropPrefix()
+		}
 		return n, nil
 	}
 	if b.err != nil {
@@ -213,6 +226,7 @@ func (b *bodyReader) WriteTo(w io.Writer) (total int64, err error) {
 		if err != nil {
 			return total, err
 		}
+		b.dropPrefix()
 	}
 	if b.src == &b.chunk {
 		b.upErr = nil
@@ -321,7 +335,10 @@ func (s *respStream) reset(x *exchange, src io.Reader) {
 func (s *respStream) Read(p []byte) (int, error) {
 	n, err := s.src.Read(p)
 	s.x.bytesOut += int64(n)
-	if err != nil && err != io.EOF {
+	switch {
+	case err == io.EOF:
+		s.x.upDone = true
+	case err != nil:
 		s.upErr = err
 	}
 	return n, err

@@ -64,6 +64,8 @@ var (
 		"502 Bad Gateway: upstream stopped reading the request", false)
 	rejUpstreamBad = newRejection(fasthttp.StatusBadGateway, reasonUpstreamError,
 		"502 Bad Gateway: upstream response could not be read", false)
+	rejUpstreamTLS = newRejection(fasthttp.StatusBadGateway, reasonUpstreamError,
+		"502 Bad Gateway: upstream TLS handshake failed", false)
 	rejInternal = newRejection(fasthttp.StatusInternalServerError, reasonNone,
 		"500 Internal Server Error: the gateway failed to handle the request", false)
 )
@@ -88,6 +90,8 @@ func admissionRejection(err error) *rejection {
 func upstreamRejection(err error) *rejection {
 	var dialErr *dialError
 	switch {
+	case errors.As(err, new(*tlsHandshakeError)):
+		return rejUpstreamTLS
 	case errors.As(err, &dialErr):
 		switch {
 		case isTimeout(dialErr.err):
@@ -103,8 +107,6 @@ func upstreamRejection(err error) *rejection {
 		// The connection ended inside the response headers.
 		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return rejUpstreamReset
-	case errors.Is(err, fasthttp.ErrNoFreeConns):
-		return rejUpstreamDialTimeout
 	case errors.As(err, new(*writeStallError)):
 		return rejUpstreamWriteTimeout
 	case errors.Is(err, fasthttp.ErrTimeout) || isTimeout(err):

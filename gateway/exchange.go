@@ -3,6 +3,7 @@ package gateway
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"io"
 	"strconv"
 	"sync/atomic"
@@ -63,13 +64,20 @@ type exchange struct {
 	xff     []byte
 
 	upResp *fasthttp.Response
-	// upClient is the route's upstream client lent to this request, held until the response
-	// was released; watchGone says the client left an elevated request (its connection must not
-	// be reused).
-	upClient  *upstreamClient // from route.pool
-	watchGone bool
-	body      bodyReader
-	rs        respStream
+	// upConn is the upstream connection lent to this request by its route's pool, held until
+	// the response was released; upSlot says the request holds one of the pool's slots.
+	// upReusable (the response allows keep-alive) and upDone (its body was read to the end)
+	// decide whether the connection goes back to the pool. watch is the client watch of an
+	// elevated request; watchGone says its client left (the connection must not be reused).
+	upConn     *upstreamConn
+	upSlot     bool
+	upReusable bool
+	upDone     bool
+	watch      *clientWatch
+	watchGone  bool
+	head       []byte // the upstream request head, built for each request
+	body       bodyReader
+	rs         respStream
 }
 
 // begin starts the exchange of a new request on this connection. A previous request that was
@@ -136,10 +144,22 @@ func (x *exchange) finish() {
 		fasthttp.ReleaseResponse(x.upResp)
 		x.upResp = nil
 	}
-	if x.upClient != nil {
-		// After the response: its upstream connection is back in the client, idle or closed.
-		x.route.pool.put(x.upClient, !x.watchGone)
-		x.upClient, x.watchGone = nil, false
+	if w := x.watch; w != nil {
+		// Halted already, unless a panic skipped the proxy's halt.
+		w.halt()
+		x.watch = nil
+	}
+	if c := x.upConn; c != nil {
+		// After the response: the connection goes back to the pool only if its answer was read
+		// to the end, with nothing left over, and the request's body was forwarded whole.
+		bodyOK := x.body.err == nil || errors.Is(x.body.err, io.EOF)
+		x.route.pool.put(c, x.upReusable && x.upDone && bodyOK && !x.watchGone)
+		x.upConn = nil
+	}
+	x.upReusable, x.upDone, x.watchGone = false, false, false
+	if x.upSlot {
+		x.upSlot = false
+		x.route.pool.release()
 	}
 	if x.holdsWorker {
 		x.holdsWorker = false

@@ -1,131 +1,163 @@
 package gateway
 
 import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/url"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/valyala/fasthttp"
 
 	"toron/conf"
 	"toron/limits"
 )
 
-// upstreamClient is one upstream connection of a route: a HostClient of at most one
-// connection, whose dial hook records the connection. Between requests it waits in the route's
-// upstreamPool with its connection open (keep-alive, up to upstream_idle_timeout). Knowing the
-// connection lets the pool check it before lending it, and the watch of an elevated request
-// abort exactly it (watch.go).
-type upstreamClient struct {
-	hc    *fasthttp.HostClient
-	up    atomic.Pointer[upstreamConn]
-	watch atomic.Pointer[clientWatch]
-}
-
-func (uc *upstreamClient) onDial(c *upstreamConn) {
-	uc.up.Store(c)
-	if w := uc.watch.Load(); w != nil && w.gone.Load() {
-		c.abort()
-	}
-}
-
-// upstreamPool holds a route's upstream clients: at most max_upstream_conns lent at once
+// upstreamPool holds a route's upstream connections: at most max_upstream_conns lent at once
 // (slots), the idle ones in a stack, so that the most recently used connection is lent first
-// and the others run out their idle time.
+// and the others run out their idle time (their read loop closes them at upstream_idle_timeout).
 //
-// Why not one shared fasthttp HostClient per route: it picks the connection inside Do, after
-// the request's body was read from the client, and never checks an idle connection before
-// using it. An upstream that closed an idle connection (its keep-alive timeout shorter than
-// upstream_idle_timeout) then fails a request with a body, which SPEC 3 forbids retrying once
-// body bytes were read: a 502 for a request the upstream never saw. Here the connection is
-// checked when it is lent, before any body byte is read.
+// A connection is checked when it is lent, before any body byte is read from the client: one
+// that the upstream closed while idle, or that received bytes nobody asked for, is dead by then
+// (upstreamConn.readLoop) and the request dials anew. A request with a body is never replayed
+// (SPEC 3 step 9), so this check is what keeps a POST after an upstream's keep-alive timeout
+// from failing with a 502.
 type upstreamPool struct {
 	route  *conf.Route
 	server *conf.Server
 	slots  *limits.WorkerPool
-	// addr is the target's host:port, the Host of a request that came without one.
+	// addr is the target's host:port, dialed and the Host of a request that came without one.
 	addr string
+	// tls is the client configuration of an https target; nil for http.
+	tls    *tls.Config
+	dialer net.Dialer
+	to     upstreamTimeouts
 
 	mu      sync.Mutex
-	idle    []*upstreamClient
+	idle    []*upstreamConn
 	retired bool
 }
 
-// newUpstreamPool builds a route's pool with one idle client, so that a target fasthttp cannot
-// use fails here, when the configuration is loaded, not on the first request.
+// newUpstreamPool builds a route's pool. A target that cannot be used fails here, when the
+// configuration is loaded, not on the first request.
 func newUpstreamPool(r *conf.Route, s *conf.Server) (*upstreamPool, error) {
-	p := &upstreamPool{route: r, server: s, slots: limits.NewWorkerPool(r.Effective.MaxUpstreamConns)}
-	uc, err := p.newClient()
-	if err != nil {
-		return nil, err
+	u, err := url.Parse(r.Target)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("gateway: route %q: target %q: not a URL with a host", r.Name, r.Target)
 	}
-	p.addr = uc.hc.Addr
-	p.idle = append(p.idle, uc)
+	addr := u.Host
+	if u.Port() == "" {
+		port := "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+		addr = net.JoinHostPort(u.Hostname(), port)
+	}
+	p := &upstreamPool{
+		route:  r,
+		server: s,
+		slots:  limits.NewWorkerPool(r.Effective.MaxUpstreamConns),
+		addr:   addr,
+		dialer: net.Dialer{Timeout: r.Effective.ConnectTimeout, KeepAlive: 30 * time.Second},
+		to: upstreamTimeouts{
+			header: r.Effective.ResponseHeaderTimeout,
+			write:  r.Effective.WriteTimeout,
+			idle:   s.UpstreamIdleTimeout,
+		},
+	}
+	if u.Scheme == "https" {
+		p.tls = &tls.Config{ServerName: u.Hostname(), NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12}
+	}
 	return p, nil
 }
 
-func (p *upstreamPool) newClient() (*upstreamClient, error) {
-	uc := &upstreamClient{}
-	hc, err := newHostClient(p.route, p.server, uc.onDial)
-	if err != nil {
-		return nil, err
-	}
-	uc.hc = hc
-	return uc, nil
-}
+// acquire waits at most wait for a connection slot; false means none freed up in time. The
+// slot is given back by release.
+func (p *upstreamPool) acquire(wait time.Duration) bool { return p.slots.Acquire(wait) }
 
-// get waits at most wait for a connection slot, then lends an idle client or a new one. It
-// reports false when no slot freed up in time. A lent client's connection that sat idle longer
-// than staleCheckAfter is checked first, and closed when the upstream closed it: the request
-// then dials anew.
-func (p *upstreamPool) get(wait time.Duration) (*upstreamClient, bool, error) {
-	if !p.slots.Acquire(wait) {
-		return nil, false, nil
-	}
-	p.mu.Lock()
-	var uc *upstreamClient
-	if n := len(p.idle); n > 0 {
-		uc = p.idle[n-1]
+// release gives back a slot taken by acquire.
+func (p *upstreamPool) release() { p.slots.Release() }
+
+// conn lends an idle connection, the most recently used first, or dials a new one. It reports
+// whether the connection was reused.
+func (p *upstreamPool) conn() (*upstreamConn, bool, error) {
+	for {
+		p.mu.Lock()
+		n := len(p.idle)
+		if n == 0 {
+			p.mu.Unlock()
+			break
+		}
+		c := p.idle[n-1]
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
-	}
-	p.mu.Unlock()
-	if uc != nil {
-		if c := uc.up.Load(); c != nil && c.closedWhileIdle() {
-			uc.hc.CloseIdleConnections()
+		p.mu.Unlock()
+		if c.lend() {
+			return c, true, nil
 		}
-		return uc, true, nil
 	}
-	uc, err := p.newClient()
-	if err != nil {
-		p.slots.Release()
-		return nil, false, err
-	}
-	return uc, true, nil
+	c, err := p.dial()
+	return c, false, err
 }
 
-// put takes a client back once its response was released. A client whose request was aborted
-// for a departed client, whose watch is still running (a panic skipped the halt), or that
-// comes back to a pool retired by a reload is not kept: its connection is closed.
-func (p *upstreamPool) put(uc *upstreamClient, reusable bool) {
-	if w := uc.watch.Load(); w != nil {
-		w.halt()
-		reusable = false
+// dial opens a new connection, the TLS handshake of an https target included, within
+// connect_timeout.
+func (p *upstreamPool) dial() (*upstreamConn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.dialer.Timeout)
+	defer cancel()
+	raw, err := p.dialer.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, &dialError{err: err}
 	}
+	var c net.Conn = raw
+	if p.tls != nil {
+		tc := tls.Client(raw, p.tls)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = raw.Close()
+			return nil, &tlsHandshakeError{err: err}
+		}
+		c = tc
+	}
+	return newUpstreamConn(c, p), nil
+}
+
+// put takes a connection back once its response was read to the end. One that cannot be
+// reused (reusable false, bytes beyond the response, a pool retired by a reload) is closed.
+func (p *upstreamPool) put(c *upstreamConn, reusable bool) {
 	p.mu.Lock()
 	keep := reusable && !p.retired
-	if keep {
-		p.idle = append(p.idle, uc)
-	}
 	p.mu.Unlock()
-	if !keep {
-		uc.hc.CloseIdleConnections()
+	if !keep || !c.idle() {
+		c.kill()
+		return
 	}
-	p.slots.Release()
+	p.mu.Lock()
+	if p.retired {
+		p.mu.Unlock()
+		c.kill()
+		return
+	}
+	p.idle = append(p.idle, c)
+	p.mu.Unlock()
 }
 
-// retire closes the idle clients' connections and makes the pool close those of the clients
-// still lent when they come back: a reload replaced the route.
+// forget drops a connection its read loop found dead from the idle stack, so that the stack
+// holds only connections that can still be lent.
+func (p *upstreamPool) forget(c *upstreamConn) {
+	p.mu.Lock()
+	for i, ic := range p.idle {
+		if ic == c {
+			copy(p.idle[i:], p.idle[i+1:])
+			p.idle[len(p.idle)-1] = nil
+			p.idle = p.idle[:len(p.idle)-1]
+			break
+		}
+	}
+	p.mu.Unlock()
+}
+
+// retire closes the idle connections and makes the pool close those still lent when they come
+// back: a reload replaced the route.
 func (p *upstreamPool) retire() {
 	p.mu.Lock()
 	p.retired = true
@@ -133,12 +165,23 @@ func (p *upstreamPool) retire() {
 	p.closeIdle()
 }
 
-// closeIdle closes the idle clients' connections; the clients stay for the next requests.
+// closeIdle closes the idle connections.
 func (p *upstreamPool) closeIdle() {
 	p.mu.Lock()
-	idle := append([]*upstreamClient(nil), p.idle...)
+	idle := p.idle
+	p.idle = nil
 	p.mu.Unlock()
-	for _, uc := range idle {
-		uc.hc.CloseIdleConnections()
+	for _, c := range idle {
+		if c.state.CompareAndSwap(connIdle, connLent) {
+			c.kill()
+		}
 	}
 }
+
+// tlsHandshakeError is a TLS handshake with an https upstream that failed (SPEC 14: a 502).
+type tlsHandshakeError struct{ err error }
+
+func (e *tlsHandshakeError) Error() string {
+	return "gateway: upstream TLS handshake: " + e.err.Error()
+}
+func (e *tlsHandshakeError) Unwrap() error { return e.err }

@@ -34,38 +34,27 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 		return
 	}
 
-	// The route's upstream client: max_upstream_conns bounds them, a request waits at most
+	// A connection slot of the route: max_upstream_conns bounds them, a request waits at most
 	// connect_timeout for one.
-	uc, ok, err := r.pool.get(r.eff.ConnectTimeout)
-	if !ok {
+	if !r.pool.acquire(r.eff.ConnectTimeout) {
 		fasthttp.ReleaseRequest(req)
 		x.body.release()
 		cc.bodyPhase = false
-		rej := rejUpstreamDialTimeout
-		if err != nil {
-			// Not reachable: the pool built a client from the same route when it was loaded.
-			rej = rejInternal
-		}
-		g.writeRejection(ctx, x, rej)
+		g.writeRejection(ctx, x, rejUpstreamDialTimeout)
 		if x.bodyAnnounced {
 			ctx.SetConnectionClose()
 		}
 		x.finish()
 		return
 	}
-	x.upClient = uc
-	hc := uc.hc
-	var watch *clientWatch
+	x.upSlot = true
 	if r.eff.Elevated {
-		watch = watchClient(cc, uc)
+		x.watch = watchClient(cc)
 	}
-	start := time.Now()
-	err = hc.Do(req, resp)
-	if sent := x.body.sentAt; sent.After(start) {
-		// A streamed body: the wait for the headers starts once it was forwarded.
-		start = sent
+	sentAt, err := g.forward(x, req, resp)
+	if !sentAt.IsZero() {
+		x.headerWait = time.Since(sentAt)
 	}
-	x.headerWait = time.Since(start)
 	if berr := x.body.err; berr != nil && !errors.Is(berr, io.EOF) {
 		// The body never arrived whole (the client left, dripped or crossed the limit): the
 		// upstream was never waited for, and the whole body phase is no header wait.
@@ -74,9 +63,9 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 	fasthttp.ReleaseRequest(req)
 	x.body.release()
 	cc.bodyPhase = false
-	if watch != nil {
-		watch.halt()
-		if watch.gone.Load() {
+	if w := x.watch; w != nil {
+		w.halt()
+		if w.gone.Load() {
 			x.watchGone = true
 			// The client left while the upstream worked: nobody to answer (SPEC 5). The socket
 			// is closed now, so that fasthttp cannot send its default 200 to a half-closed
@@ -110,7 +99,7 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 	ctx.Response.Header.SetStatusCode(resp.StatusCode())
 	ctx.Response.Header.SetBytesKV(headerRequestID, x.reqID)
 	x.status = resp.StatusCode()
-	if bs := resp.BodyStream(); bs != nil {
+	if bs := resp.BodyStream(); bs != nil && !resp.SkipBody {
 		x.rs.reset(x, bs)
 		cl := resp.Header.ContentLength()
 		if cl < 0 && !ctx.Request.Header.IsHTTP11() && !ctx.IsHead() {
@@ -120,8 +109,8 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 		ctx.Response.SetBodyStream(&x.rs, cl)
 		return // finished by x.rs.CloseWithError once fasthttp wrote the body
 	}
-	ctx.Response.SetBody(resp.Body())
-	x.bytesOut = int64(len(resp.Body()))
+	// No body on the wire (HEAD, 1xx, 204, 304): the upstream's answer is complete.
+	x.upDone = true
 	if ctx.IsHead() {
 		// A HEAD answer has no body but announces the length of the one GET would get.
 		if cl := resp.Header.ContentLength(); cl >= 0 {

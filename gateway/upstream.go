@@ -1,31 +1,26 @@
 package gateway
 
 import (
+	"bufio"
 	"errors"
-	"fmt"
 	"net"
-	"net/url"
 	"sync/atomic"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
-	"toron/conf"
 	"toron/timeouts"
 )
 
-// Upstream buffer sizes. The read buffer bounds the upstream's response headers (fasthttp's
-// default of 4 KiB refuses ordinary responses with a few cookies); the write buffer is the unit
-// in which request bodies leave for the upstream.
-const (
-	upstreamReadBufferSize  = 16 << 10
-	upstreamWriteBufferSize = 32 << 10
-)
+// Upstream buffer sizes. The read buffer, one per upstream connection and kept for its whole
+// life, bounds the upstream's response headers (4 KiB would refuse ordinary responses with a few
+// cookies) and is where bytes an upstream sends unasked are found (upstreamConn.readLoop).
+const upstreamReadBufferSize = 16 << 10
 
 var (
 	// errStaleConn: a reused keep-alive connection was found closed by the upstream before any
 	// byte of the request was written, so the request cannot have reached the upstream.
 	errStaleConn = errors.New("gateway: reused upstream connection was closed by the upstream")
+	// errClientLeft ends an upstream exchange whose client closed its connection meanwhile.
+	errClientLeft = errors.New("gateway: client closed the connection while the upstream was working")
 )
 
 // dialError wraps a failed dial, so that the 502 can say refused or timed out.
@@ -34,119 +29,8 @@ type dialError struct{ err error }
 func (e *dialError) Error() string { return "gateway: dial upstream: " + e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
 
-// upstreamTimeouts are the deadlines one route's upstream connections manage themselves.
-type upstreamTimeouts struct {
-	// header is response_header_timeout: from the end of forwarding the request to the first
-	// response byte, and then the inactivity window while the response is read.
-	header time.Duration
-	// write is the sliding window of writes to the upstream (write_timeout).
-	write time.Duration
-}
-
-// newHostClient builds one of a route's upstream clients (SPEC 3 step 9): a HostClient of one
-// connection, lent by the route's upstreamPool.
-//
-// fasthttp's HostClient applies ReadTimeout from the end of the request write until the whole
-// response body is read and WriteTimeout to the whole request write, and retries idempotent
-// requests on any error, timeouts included (SPEC 12). Neither matches SPEC 3 and 5, so both
-// timeouts are off here: the connections come from our Dial as *upstreamConn, which arm their
-// own deadlines, and RetryIfErr retries only what cannot have reached the upstream.
-//
-// onDial is told about every connection the client dials: the route's pool uses it to know the
-// one connection of each of its clients (pool.go).
-func newHostClient(r *conf.Route, s *conf.Server, onDial func(*upstreamConn)) (*fasthttp.HostClient, error) {
-	u, err := url.Parse(r.Target)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: route %q: target %q: %w", r.Name, r.Target, err)
-	}
-	to := &upstreamTimeouts{header: r.Effective.ResponseHeaderTimeout, write: r.Effective.WriteTimeout}
-	dialer := &net.Dialer{Timeout: r.Effective.ConnectTimeout, KeepAlive: 30 * time.Second}
-	return &fasthttp.HostClient{
-		Addr:                          u.Host,
-		IsTLS:                         u.Scheme == "https",
-		NoDefaultUserAgentHeader:      true,
-		DisablePathNormalizing:        true,
-		DisableHeaderNamesNormalizing: false,
-		// One connection per client: the route's pool holds max_upstream_conns clients.
-		MaxConns:                  1,
-		MaxConnWaitTimeout:        r.Effective.ConnectTimeout,
-		MaxIdleConnDuration:       s.UpstreamIdleTimeout,
-		ReadBufferSize:            upstreamReadBufferSize,
-		WriteBufferSize:           upstreamWriteBufferSize,
-		StreamResponseBody:        true,
-		MaxIdemponentCallAttempts: 3,
-		RetryIfErr:                retryIfStale,
-		Dial: func(addr string) (net.Conn, error) {
-			c, err := dialer.Dial("tcp", addr)
-			if err != nil {
-				return nil, &dialError{err: err}
-			}
-			uc := &upstreamConn{Conn: c, to: to}
-			if onDial != nil {
-				onDial(uc)
-			}
-			return uc, nil
-		},
-	}, nil
-}
-
-// retryIfStale is the whole retry rule of SPEC 3 step 9: a request is retried only when its
-// reused keep-alive connection was found closed before any byte was written, and never once a
-// body byte was read from the client. fasthttp already never retries a streamed body.
-func retryIfStale(req *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
-	return false, errors.Is(err, errStaleConn) && len(req.Body()) == 0 && !req.IsBodyStream()
-}
-
-// upstreamConn is an upstream connection that manages its own deadlines (SPEC 5, SPEC 12).
-// fasthttp's HostClient uses a connection for one request at a time: writes of the request,
-// then reads of the response. The first read after writes is the end of forwarding, where the
-// response header timer starts; a write after reads starts the next request on a reused
-// connection, which is first checked for a close by the upstream.
-type upstreamConn struct {
-	net.Conn
-	to *upstreamTimeouts
-
-	aborted atomic.Bool
-	peeker  *peeker
-
-	requests     int
-	reading      bool
-	aliveAt      time.Time // last response byte read, or last peek that found the connection open
-	respBytes    int64
-	readDeadline time.Time
-	writeWin     timeouts.Window
-}
-
-// Write sends request bytes under a sliding write window. A write blocked past its deadline is
-// judged by what the upstream acknowledged meanwhile (timeouts.Window.Stalled, as for the
-// client): an upstream that reads a large body slowly but steadily behind a full send buffer
-// is not one that stopped reading.
-func (c *upstreamConn) Write(p []byte) (int, error) {
-	if c.reading || c.requests == 0 {
-		c.requests++
-		c.reading = false
-		c.respBytes = 0
-		c.writeWin.Reset(c.to.write, 0)
-		if c.requests > 1 && c.closedWhileIdle() {
-			return 0, errStaleConn
-		}
-	}
-	n, err := writeInWindow(c.Conn, &c.writeWin, p, &c.aborted)
-	switch {
-	case err == nil:
-		return n, nil
-	case c.aborted.Load():
-		return n, errClientLeft
-	case isTimeout(err):
-		// fasthttp turns every timeout into ErrTimeout; this one must stay apart from the
-		// response header timeout (504): it is an upstream that stopped reading (502).
-		return n, &writeStallError{err: err}
-	}
-	return n, err
-}
-
-// writeStallError is an upstream that did not take request bytes within its write window. It
-// deliberately has no Timeout method, so that fasthttp passes it through unchanged.
+// writeStallError is an upstream that did not take request bytes within its write window: an
+// upstream that stopped reading (502), never the response header timeout (504).
 type writeStallError struct{ err error }
 
 func (e *writeStallError) Error() string {
@@ -154,38 +38,108 @@ func (e *writeStallError) Error() string {
 }
 func (e *writeStallError) Unwrap() error { return e.err }
 
-// Read reads response bytes. Until the first byte the deadline is fixed at the end of
-// forwarding plus response_header_timeout; after it the same window slides with every read, so
-// a long streamed response that progresses is never cut by an absolute timeout.
+// upstreamTimeouts are the deadlines one route's upstream connections manage themselves.
+type upstreamTimeouts struct {
+	// header is response_header_timeout: from the end of forwarding the request to the response
+	// headers, and then the inactivity window while the response body is read.
+	header time.Duration
+	// write is the sliding window of writes to the upstream (write_timeout).
+	write time.Duration
+	// idle is upstream_idle_timeout: how long a connection waits in the pool for its next request.
+	idle time.Duration
+}
+
+// Connection states. A connection is lent to one request at a time; between requests it is idle
+// in its pool, watched by its read loop; dead once closed.
+const (
+	connLent int32 = iota
+	connIdle
+	connDead
+)
+
+// upstreamConn is one upstream connection with its own read buffer, kept across requests, and
+// its own deadlines (SPEC 5, SPEC 12).
+//
+// Response queue poisoning (SPEC 7): an upstream connection is reused only if nothing arrived on
+// it beyond its last response. Bytes already read past a response are in br when the response
+// ends (checked when it goes back to the pool). Bytes that arrive later, while it is idle, are
+// noticed by its read loop: a goroutine per connection (not per request) blocked in a one-byte
+// Peek while the connection is idle, as Go's net/http Transport does. A Peek that returns while
+// the connection is still idle (bytes nobody asked for, a close by the upstream, or the idle
+// timeout, its read deadline) kills the connection before any request can be lent it; one that
+// returns after the connection was lent is the first byte of that request's response, handed to
+// it. So the check costs no system call per request: the read that finds unsolicited bytes is
+// the same read that receives the next response.
+type upstreamConn struct {
+	net.Conn
+	pool *upstreamPool
+	to   *upstreamTimeouts
+	br   *bufio.Reader
+
+	state   atomic.Int32
+	aborted atomic.Bool
+	// slide is set once the response headers were read: reads of the body then push the read
+	// deadline forward (an inactivity window); before, the header deadline is absolute.
+	slide atomic.Bool
+
+	// armed starts a watch of the idle connection (readLoop); peeked reports that the watch's
+	// Peek returned after the connection was lent, with peekErr. looping says readLoop runs.
+	armed   chan struct{}
+	peeked  chan struct{}
+	peekErr error
+	looping bool
+
+	// requests counts the requests lent this connection; written counts the bytes of the
+	// current request that reached the socket (the retry rule of SPEC 3 step 9).
+	requests     int
+	written      int64
+	readDeadline time.Time
+	writeWin     timeouts.Window
+}
+
+func newUpstreamConn(c net.Conn, p *upstreamPool) *upstreamConn {
+	uc := &upstreamConn{Conn: c, pool: p, to: &p.to}
+	uc.br = bufio.NewReaderSize(uc, upstreamReadBufferSize)
+	uc.state.Store(connLent)
+	return uc
+}
+
+// Read reads response bytes. Until the response headers were read, the deadline is the
+// absolute one armed when the request was forwarded; after them the same window slides with
+// every read, so a long streamed response that progresses is never cut by an absolute timeout.
 func (c *upstreamConn) Read(p []byte) (int, error) {
-	if w := c.to.header; w > 0 {
-		now := time.Now()
-		switch {
-		case !c.reading:
-			c.reading = true
-			c.readDeadline = now.Add(w)
-			if err := c.Conn.SetReadDeadline(c.readDeadline); err != nil {
-				return 0, err
-			}
-		case c.respBytes > 0 && c.readDeadline.Sub(now) < w/2:
-			c.readDeadline = now.Add(w)
+	if c.aborted.Load() {
+		return 0, errClientLeft
+	}
+	if c.slide.Load() && c.to.header > 0 {
+		if now := time.Now(); c.readDeadline.Sub(now) < c.to.header/2 {
+			c.readDeadline = now.Add(c.to.header)
 			if err := c.Conn.SetReadDeadline(c.readDeadline); err != nil {
 				return 0, err
 			}
 		}
-	} else {
-		c.reading = true
-	}
-	if c.aborted.Load() {
-		return 0, errClientLeft
 	}
 	n, err := c.Conn.Read(p)
 	if err != nil && c.aborted.Load() {
 		return n, errClientLeft
 	}
-	c.respBytes += int64(n)
-	if n > 0 {
-		c.aliveAt = time.Now()
+	return n, err
+}
+
+// Write sends request bytes under a sliding write window. A write blocked past its deadline is
+// judged by what the upstream acknowledged meanwhile (timeouts.Window.Stalled, as for the
+// client): an upstream that reads a large body slowly but steadily behind a full send buffer
+// is not one that stopped reading.
+func (c *upstreamConn) Write(p []byte) (int, error) {
+	n, err := writeInWindow(c.Conn, &c.writeWin, p, &c.aborted)
+	c.written += int64(n)
+	switch {
+	case err == nil:
+		return n, nil
+	case c.aborted.Load():
+		return n, errClientLeft
+	case isTimeout(err):
+		return n, &writeStallError{err: err}
 	}
 	return n, err
 }
@@ -199,36 +153,104 @@ func (c *upstreamConn) abort() {
 	_ = c.Conn.SetWriteDeadline(now)
 }
 
-// errClientLeft ends an upstream exchange whose client closed its connection meanwhile.
-var errClientLeft = errors.New("gateway: client closed the connection while the upstream was working")
-
-// staleCheckAfter: a connection that answered less than this long ago is reused without the
-// peek. Upstreams close idle keep-alive connections after seconds, not milliseconds, so under
-// load (the common case of reuse) the check would cost a system call per request for nothing;
-// a connection closed within that window still fails as a 502, never as a wrong answer.
-const staleCheckAfter = 50 * time.Millisecond
-
-// closedWhileIdle reports a connection idle for longer than staleCheckAfter that the upstream
-// closed meanwhile. A check that finds it open counts as a sign of life, so the first write
-// right after the pool's check (upstreamPool.get) does not peek a second time. Only for a
-// connection no other goroutine is using.
-func (c *upstreamConn) closedWhileIdle() bool {
-	if time.Since(c.aliveAt) <= staleCheckAfter {
+// lend takes an idle connection for a request. It reports false when the connection died
+// while idle (its read loop found it closed, expired or sent bytes nobody asked for).
+func (c *upstreamConn) lend() bool {
+	if !c.state.CompareAndSwap(connIdle, connLent) {
 		return false
 	}
-	if c.closedByPeer() {
-		return true
-	}
-	c.aliveAt = time.Now()
-	return false
+	// The idle deadline no longer applies; the header deadline is armed once the request is out.
+	_ = c.Conn.SetReadDeadline(time.Time{})
+	return true
 }
 
-// closedByPeer reports an idle pooled connection that must not carry a request: the upstream
-// sent a FIN or a reset, or bytes nobody asked for. It runs before every reused request, so
-// the raw connection and the peek are set up once per connection, not per request.
-func (c *upstreamConn) closedByPeer() bool {
-	if c.peeker == nil {
-		c.peeker = newPeeker(c.Conn)
+// begin prepares the connection for the next request's write.
+func (c *upstreamConn) begin() {
+	c.requests++
+	c.written = 0
+	c.slide.Store(false)
+	c.writeWin.Reset(c.to.write, 0)
+}
+
+// forwarded arms the response header deadline: the request was written.
+func (c *upstreamConn) forwarded(now time.Time) error {
+	if c.to.header <= 0 {
+		return nil
 	}
-	return c.peeker.peek() != peekNothing
+	c.readDeadline = now.Add(c.to.header)
+	return c.Conn.SetReadDeadline(c.readDeadline)
+}
+
+// awaitResponse waits, on a reused connection, for its read loop's Peek to return: the first
+// byte of the response (or an error) is then in br, and br belongs to the request again.
+func (c *upstreamConn) awaitResponse() error {
+	if !c.looping {
+		return nil
+	}
+	<-c.peeked
+	err := c.peekErr
+	c.peekErr = nil
+	switch {
+	case err == nil:
+		return nil
+	case c.aborted.Load():
+		return errClientLeft
+	case isTimeout(err) && time.Now().Before(c.readDeadline):
+		// The idle deadline fired as the connection was lent: read again, under the
+		// header deadline now in force.
+		return nil
+	}
+	return err
+}
+
+// idle puts the connection back to wait for its next request, watched by its read loop. It
+// reports false when the connection cannot be reused: bytes beyond the last response are
+// already buffered.
+func (c *upstreamConn) idle() bool {
+	if c.br.Buffered() > 0 || c.aborted.Load() {
+		return false
+	}
+	c.slide.Store(false)
+	if err := c.Conn.SetReadDeadline(time.Now().Add(c.to.idle)); err != nil {
+		return false
+	}
+	if !c.looping {
+		c.looping = true
+		c.armed = make(chan struct{}, 1)
+		c.peeked = make(chan struct{}, 1)
+		go c.readLoop()
+	}
+	c.state.Store(connIdle)
+	c.armed <- struct{}{}
+	return true
+}
+
+// kill closes a connection whose owner (the request it is lent to, or the pool) gives it up.
+// Its read loop, if any, ends.
+func (c *upstreamConn) kill() {
+	prev := c.state.Swap(connDead)
+	if prev == connDead {
+		return
+	}
+	_ = c.Conn.Close()
+	if c.looping {
+		close(c.armed)
+	}
+}
+
+// readLoop watches the connection while it is idle (see upstreamConn). It ends when the
+// connection dies.
+func (c *upstreamConn) readLoop() {
+	for range c.armed {
+		_, err := c.br.Peek(1)
+		if c.state.CompareAndSwap(connIdle, connDead) {
+			// Nobody asked: bytes an upstream sent past its response, its close, or the idle
+			// timeout. The connection is never lent again.
+			_ = c.Conn.Close()
+			c.pool.forget(c)
+			return
+		}
+		c.peekErr = err
+		c.peeked <- struct{}{}
+	}
 }

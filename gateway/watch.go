@@ -18,26 +18,36 @@ const watchInterval = 200 * time.Millisecond
 // fasthttp has no per-request cancellation (RequestCtx.Done closes only at shutdown, SPEC 12),
 // so the watch is ours: a goroutine peeks at the client socket every watchInterval without
 // consuming bytes, and on a FIN or a reset interrupts the upstream connection of the request.
-// Every request goes through an upstreamClient of its route's pool, a HostClient of exactly one
-// connection that records it when dialled (pool.go): that is how the watch reaches it. A goroutine, a ticker and a small
+// The request's upstream connection is attached to the watch when it is lent (forward): that is
+// how the watch reaches it. A goroutine, a ticker and a small
 // allocation per request is why only elevated routes pay for the watch: the small-request path
 // has none.
 type clientWatch struct {
-	wc   *upstreamClient
+	up   atomic.Pointer[upstreamConn]
 	gone atomic.Bool
 	stop chan struct{}
 	wg   sync.WaitGroup
 	once sync.Once
 }
 
-// watchClient starts watching cc while the request goes through wc. halt must be called once
-// Do returned.
-func watchClient(cc *clientConn, wc *upstreamClient) *clientWatch {
-	w := &clientWatch{wc: wc, stop: make(chan struct{})}
-	wc.watch.Store(w)
+// watchClient starts watching cc while its request goes upstream. halt must be called once the
+// response headers arrived or the exchange failed.
+func watchClient(cc *clientConn) *clientWatch {
+	w := &clientWatch{stop: make(chan struct{})}
 	w.wg.Add(1)
 	go w.run(cc)
 	return w
+}
+
+// attach names the upstream connection the request is sent on: the one aborted when the
+// client leaves.
+func (w *clientWatch) attach(c *upstreamConn) {
+	w.up.Store(c)
+	// gone is stored before the connection is loaded (run), and the connection is stored here
+	// before gone is loaded: a connection attached meanwhile is aborted by one side or the other.
+	if w.gone.Load() {
+		c.abort()
+	}
 }
 
 func (w *clientWatch) run(cc *clientConn) {
@@ -50,12 +60,9 @@ func (w *clientWatch) run(cc *clientConn) {
 			return
 		case <-t.C:
 			if peerGone(cc.Conn) {
-				// gone is stored before the connection is loaded, and the dial hook stores the
-				// connection before it loads gone: a connection dialled meanwhile is aborted by
-				// one side or the other.
 				w.gone.Store(true)
-				if uc := w.wc.up.Load(); uc != nil {
-					uc.abort()
+				if c := w.up.Load(); c != nil {
+					c.abort()
 				}
 				return
 			}
@@ -68,7 +75,6 @@ func (w *clientWatch) halt() {
 	w.once.Do(func() {
 		close(w.stop)
 		w.wg.Wait()
-		w.wc.watch.Store(nil)
 	})
 }
 
