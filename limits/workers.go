@@ -11,9 +11,24 @@ import (
 // one still sending its headers holds no worker, which is what keeps a Slowloris crowd from
 // starving real traffic. A request that finds every worker busy waits at most the queue
 // timeout given to Acquire.
+//
+// The pool is an atomic counter; a wait queue exists only while the pool is saturated. Acquire
+// and Release of an unsaturated pool are one compare-and-swap and one add: no lock, no channel.
+// A Release that finds waiters hands its slot to the oldest one directly, so a waiter never
+// races a newcomer for a slot it was promised.
 type WorkerPool struct {
-	sem  chan struct{}
+	size int64
 	busy atomic.Int64
+	// nwait counts the waiters; Release takes the lock only when it is not zero.
+	nwait atomic.Int64
+
+	mu      sync.Mutex
+	waiters []*waiter
+}
+
+// waiter is one Acquire waiting for a slot; ch receives the slot when a Release hands it over.
+type waiter struct {
+	ch chan struct{}
 }
 
 // NewWorkerPool returns a pool of size workers (at least 1).
@@ -21,24 +36,51 @@ func NewWorkerPool(size int) *WorkerPool {
 	if size < 1 {
 		size = 1
 	}
-	return &WorkerPool{sem: make(chan struct{}, size)}
+	return &WorkerPool{size: int64(size)}
 }
 
-// timerPool recycles the timers of waiting acquisitions: waiting is the slow path, but a
-// saturated gateway waits on every request.
-var timerPool sync.Pool
+// timerPool and waiterPool recycle the timers and waiters of waiting acquisitions: waiting is
+// the slow path, but a saturated gateway waits on every request.
+var (
+	timerPool  sync.Pool
+	waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan struct{}, 1)} }}
+)
+
+// tryAcquire takes a slot if one is free.
+func (p *WorkerPool) tryAcquire() bool {
+	for {
+		n := p.busy.Load()
+		if n >= p.size {
+			return false
+		}
+		if p.busy.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
 
 // Acquire takes a worker, waiting at most wait for one to free up; false means none did.
 func (p *WorkerPool) Acquire(wait time.Duration) bool {
-	select {
-	case p.sem <- struct{}{}:
-		p.busy.Add(1)
+	if p.tryAcquire() {
 		return true
-	default:
 	}
 	if wait <= 0 {
 		return false
 	}
+	w := waiterPool.Get().(*waiter)
+	p.mu.Lock()
+	// nwait is raised before the second look: a Release that lowered busy before it saw no
+	// waiter, so the look finds its slot; one that lowers busy after it sees the waiter.
+	p.nwait.Add(1)
+	if p.tryAcquire() {
+		p.nwait.Add(-1)
+		p.mu.Unlock()
+		waiterPool.Put(w)
+		return true
+	}
+	p.waiters = append(p.waiters, w)
+	p.mu.Unlock()
+
 	t, _ := timerPool.Get().(*time.Timer)
 	if t == nil {
 		t = time.NewTimer(wait)
@@ -50,18 +92,46 @@ func (p *WorkerPool) Acquire(wait time.Duration) bool {
 		timerPool.Put(t)
 	}()
 	select {
-	case p.sem <- struct{}{}:
-		p.busy.Add(1)
+	case <-w.ch:
+		waiterPool.Put(w)
 		return true
 	case <-t.C:
-		return false
 	}
+	p.mu.Lock()
+	for i, q := range p.waiters {
+		if q == w {
+			copy(p.waiters[i:], p.waiters[i+1:])
+			p.waiters[len(p.waiters)-1] = nil
+			p.waiters = p.waiters[:len(p.waiters)-1]
+			p.nwait.Add(-1)
+			p.mu.Unlock()
+			waiterPool.Put(w)
+			return false
+		}
+	}
+	p.mu.Unlock()
+	// A Release handed the slot over as the timer fired: it is ours.
+	<-w.ch
+	waiterPool.Put(w)
+	return true
 }
 
 // Release returns a worker taken by Acquire.
 func (p *WorkerPool) Release() {
 	p.busy.Add(-1)
-	<-p.sem
+	if p.nwait.Load() == 0 {
+		return
+	}
+	p.mu.Lock()
+	for len(p.waiters) > 0 && p.tryAcquire() {
+		w := p.waiters[0]
+		copy(p.waiters, p.waiters[1:])
+		p.waiters[len(p.waiters)-1] = nil
+		p.waiters = p.waiters[:len(p.waiters)-1]
+		p.nwait.Add(-1)
+		w.ch <- struct{}{}
+	}
+	p.mu.Unlock()
 }
 
 // Busy returns the number of workers held.
@@ -71,5 +141,5 @@ func (p *WorkerPool) Busy() int64 {
 
 // Size returns the number of workers.
 func (p *WorkerPool) Size() int {
-	return cap(p.sem)
+	return int(p.size)
 }
