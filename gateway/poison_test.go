@@ -217,3 +217,34 @@ func TestKeepAliveReusesConnection(t *testing.T) {
 		t.Errorf("upstream saw %d connections for 50 sequential requests, want 1", conns)
 	}
 }
+
+// TestIdleDeadlineDuringLongUpload: a reused connection's idle deadline (upstream_idle_timeout)
+// that passes while the connection carries a long upload is not mistaken for the upstream's
+// silence: the response is read under the header deadline armed after the body.
+func TestIdleDeadlineDuringLongUpload(t *testing.T) {
+	addr := startScriptedUpstream(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			n, _ := io.Copy(io.Discard, req.Body)
+			answer(c, fmt.Sprint(n))
+		}
+	})
+	gw := startGateway(t, "upstream_idle_timeout: 1s\nstream_threshold_bytes: 16\n", upstreamRoute("/", addr, ""))
+	c := dialRaw(t, gw.addr)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	if resp := readRawResponse(t, c, "GET"); resp.StatusCode != 200 {
+		t.Fatalf("warm-up: %d", resp.StatusCode)
+	}
+	io.WriteString(c, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 30000\r\n\r\n")
+	for i := 0; i < 10; i++ { // 2 s in all, past the 1 s idle deadline of the reused connection
+		c.Write(make([]byte, 3000))
+		time.Sleep(200 * time.Millisecond)
+	}
+	resp := readRawResponse(t, c, "POST")
+	if resp.StatusCode != 200 || string(resp.body) != "30000" {
+		t.Fatalf("long upload on a reused connection: %d %q", resp.StatusCode, resp.body)
+	}
+}

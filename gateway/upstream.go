@@ -156,12 +156,9 @@ func (c *upstreamConn) abort() {
 // lend takes an idle connection for a request. It reports false when the connection died
 // while idle (its read loop found it closed, expired or sent bytes nobody asked for).
 func (c *upstreamConn) lend() bool {
-	if !c.state.CompareAndSwap(connIdle, connLent) {
-		return false
-	}
-	// The idle deadline no longer applies; the header deadline is armed once the request is out.
-	_ = c.Conn.SetReadDeadline(time.Time{})
-	return true
+	// The idle deadline stays armed until the request is out (forwarded replaces it): if it
+	// fires meanwhile, the read loop's Peek returns a timeout that awaitResponse reads past.
+	return c.state.CompareAndSwap(connIdle, connLent)
 }
 
 // begin prepares the connection for the next request's write.
