@@ -201,10 +201,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 			}
 			return drain(g, sig, sigs, serveErr, log)
 		case files := <-watchChanges:
-			// The same path as SIGHUP (SPEC 18), metrics included.
-			log.Info("configuration files changed", zap.Strings("files", files))
-			reload(g, load, log, level, logFormat)
-			watcher.SetPaths(watchedFiles(o, g.Config()))
+			reloadOnChange(files, watcher, o, g, load, log, level, logFormat) // SIGHUP's path (SPEC 18)
 		}
 	}
 }

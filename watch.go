@@ -6,6 +6,7 @@ import (
 	"go.uber.org/zap"
 
 	"toron/conf"
+	"toron/gateway"
 )
 
 // watchEnv turns -watch on from the environment (SPEC 1).
@@ -48,4 +49,13 @@ func startWatch(o options, cfg *conf.Config, log *zap.Logger) (*conf.Watcher, er
 	}
 	log.Info("watching the configuration files", zap.Strings("files", watchedFiles(o, cfg)))
 	return w, nil
+}
+
+// reloadOnChange is main's answer to changed files reported by the watcher: SIGHUP's reload
+// (same validation, logs and metrics), then the files of the configuration now in force, whose
+// certificate paths may have changed.
+func reloadOnChange(files []string, w *conf.Watcher, o options, g *gateway.Gateway, load func() (*conf.Config, error), log *zap.Logger, level zap.AtomicLevel, format string) {
+	log.Info("configuration files changed", zap.Strings("files", files))
+	reload(g, load, log, level, format)
+	w.SetPaths(watchedFiles(o, g.Config()))
 }

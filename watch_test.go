@@ -13,6 +13,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+
+	"toron/conf"
+	"toron/gateway"
 )
 
 // startWatchingBinary is startBinary with -watch turned on by env (TORON_WATCH=1) or by flag.
@@ -224,5 +229,52 @@ func TestWatchEnvInvalidExits2(t *testing.T) {
 	}
 	if out := stderr.String(); strings.Count(out, "\n") != 1 || !strings.Contains(out, "TORON_WATCH") {
 		t.Errorf("want one line naming TORON_WATCH, got %q", out)
+	}
+}
+
+// TestWatchThirdFileReloads: a watched file that is neither the config nor the routes (a
+// stand-in for the certificate files main will list) changing leads, through the watcher and
+// reloadOnChange (main's select case), to a reload of a real gateway, counted as SIGHUP's.
+func TestWatchThirdFileReloads(t *testing.T) {
+	dir, certDir := t.TempDir(), t.TempDir()
+	o := options{
+		config: writeFile(t, dir, "config.yaml", "server:\n  host: 127.0.0.1\n  port: 1\nlog:\n  access: false\n"),
+		routes: writeFile(t, dir, "routes.yaml", "routes:\n  - type: upstream\n    prefix: /a\n    target: http://127.0.0.1:1\n"),
+	}
+	cert := writeFile(t, certDir, "tls.crt", "certificate 1\n")
+	load := func() (*conf.Config, error) { return conf.Load(o.config, o.routes, nil) }
+	cfg, err := load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gateway.New(cfg, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := conf.NewWatcher(append(watchedFiles(o, cfg), cert), func(err error) { t.Errorf("watch: %v", err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+
+	tmp := writeFile(t, certDir, ".tls.crt.new", "certificate 2\n")
+	if err := os.Rename(tmp, cert); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case files := <-w.Changes():
+		if len(files) != 1 || files[0] != cert {
+			t.Fatalf("changed %v, want [%s]", files, cert)
+		}
+		reloadOnChange(files, w, o, g, load, zap.NewNop(), zap.NewAtomicLevel(), "json")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the certificate change was not reported")
+	}
+	var b bytes.Buffer
+	g.Metrics().WritePrometheus(&b)
+	for _, want := range []string{"toron_config_reloads_total 1\n", "toron_config_reload_errors_total 0\n"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("metrics lack %q", want)
+		}
 	}
 }
