@@ -86,13 +86,15 @@ func renameOver(t *testing.T, path, content string) {
 // through `..data`. publish writes a new timestamped directory, renames a new symlink over
 // `..data` (the one atomic step) and removes the old directory.
 type kubeVolume struct {
-	dir string
-	n   int
-	cur string
+	dir  string
+	n    int
+	cur  string
+	keep bool // leave the old directory for the test to remove (cleanup that comes late)
 }
 
 func (k *kubeVolume) publish(t *testing.T, files map[string]string) {
 	t.Helper()
+	old := k.cur
 	k.n++
 	ts := fmt.Sprintf("..2026_12_01_08_00_%02d.%09d", k.n, 123456789+k.n)
 	if err := os.Mkdir(filepath.Join(k.dir, ts), 0o755); err != nil {
@@ -116,12 +118,17 @@ func (k *kubeVolume) publish(t *testing.T, files map[string]string) {
 			}
 		}
 	}
-	if k.cur != "" {
-		if err := os.RemoveAll(filepath.Join(k.dir, k.cur)); err != nil {
-			t.Fatal(err)
-		}
-	}
 	k.cur = ts
+	if old != "" && !k.keep {
+		k.removeDir(t, old)
+	}
+}
+
+func (k *kubeVolume) removeDir(t *testing.T, name string) {
+	t.Helper()
+	if err := os.RemoveAll(filepath.Join(k.dir, name)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestWatchKubeletDataSwap: a ConfigMap update never touches config.yaml itself (a symlink
@@ -144,6 +151,22 @@ func TestWatchKubeletDataSwap(t *testing.T) {
 	if n := errs.count(); n != 0 {
 		t.Errorf("%d watch errors: %v", n, errs.errs)
 	}
+}
+
+// TestWatchKubeletSwapAlone: the ..data rename alone, with the old directory still there
+// (its removal comes later, or fails), is the change: config.yaml and the file it used to
+// resolve to see no event of their own, only the directory does.
+func TestWatchKubeletSwapAlone(t *testing.T) {
+	k := &kubeVolume{dir: t.TempDir(), keep: true}
+	k.publish(t, map[string]string{"config.yaml": "a\n"})
+	first := k.cur
+	cfg := filepath.Join(k.dir, "config.yaml")
+	w, _ := startWatcher(t, cfg)
+
+	k.publish(t, map[string]string{"config.yaml": "b\n"})
+	wantChange(t, w, cfg)
+	k.removeDir(t, first)
+	wantNoChange(t, w, "the late removal of the old directory")
 }
 
 // TestWatchRenameOverAndInPlace: a file replaced by a rename (a new inode, which drops a watch
