@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -45,6 +46,7 @@ const (
 type Watcher struct {
 	onError func(error)
 	changes chan []string
+	retryCh chan struct{} // SetPaths asks the goroutine for a retry
 	done    chan struct{}
 	wg      sync.WaitGroup
 	once    sync.Once
@@ -76,13 +78,14 @@ func NewWatcher(paths []string, onError func(error)) (*Watcher, error) {
 	w := &Watcher{
 		onError: onError,
 		changes: make(chan []string, 1),
+		retryCh: make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		fw:      fw,
 		sums:    make(map[string]fileState),
 	}
-	retry := w.SetPaths(paths)
+	w.SetPaths(paths)
 	w.wg.Add(1)
-	go w.run(retry)
+	go w.run()
 	return w, nil
 }
 
@@ -91,9 +94,9 @@ func NewWatcher(paths []string, onError func(error)) (*Watcher, error) {
 func (w *Watcher) Changes() <-chan []string { return w.changes }
 
 // SetPaths replaces the watched files (after a reload that names other certificate files); the
-// content of a file new to the set is its baseline. It reports whether a directory could not be
-// watched (already passed to onError; it is retried).
-func (w *Watcher) SetPaths(paths []string) (failed bool) {
+// content of a file new to the set is its baseline. A directory that cannot be watched goes to
+// onError and is retried every second.
+func (w *Watcher) SetPaths(paths []string) {
 	var list []string
 	for _, p := range paths {
 		if p != "" && !slices.Contains(list, p) {
@@ -111,7 +114,12 @@ func (w *Watcher) SetPaths(paths []string) (failed bool) {
 		}
 	}
 	w.paths, w.sums = list, sums
-	return !w.syncDirsLocked()
+	if !w.syncDirsLocked() {
+		select {
+		case w.retryCh <- struct{}{}:
+		default: // a retry is already asked for
+		}
+	}
 }
 
 // Close stops the watch and waits for its goroutine; it is safe to call more than once.
@@ -123,7 +131,7 @@ func (w *Watcher) Close() error {
 	return nil
 }
 
-func (w *Watcher) run(retryNow bool) {
+func (w *Watcher) run() {
 	defer w.wg.Done()
 	defer func() {
 		w.mu.Lock()
@@ -136,10 +144,8 @@ func (w *Watcher) run(retryNow bool) {
 
 	settle := time.NewTimer(time.Hour)
 	settle.Stop()
-	retry := time.NewTimer(watchRetry)
-	if !retryNow {
-		retry.Stop()
-	}
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
 	defer settle.Stop()
 	defer retry.Stop()
 	var burst time.Time // first event of the burst being settled; zero when none is
@@ -187,6 +193,8 @@ func (w *Watcher) run(retryNow bool) {
 			if !w.check() {
 				retry.Reset(watchRetry)
 			}
+		case <-w.retryCh:
+			retry.Reset(watchRetry)
 		}
 	}
 }
@@ -246,6 +254,11 @@ func (w *Watcher) notify(changed []string) {
 // targets, re-creating the file-system watch if it failed; false means something must be
 // retried (each failure went to onError).
 func (w *Watcher) syncDirsLocked() bool {
+	select {
+	case <-w.done:
+		return true // closed: no watch to re-create (it would never be closed)
+	default:
+	}
 	if w.fw == nil {
 		fw, err := fsnotify.NewWatcher()
 		if err != nil {
@@ -295,3 +308,5 @@ func readState(path string) fileState {
 	}
 	return fileState{sum: sha256.Sum256(b), readable: true}
 }
+
+var _ io.Closer = (*Watcher)(nil)

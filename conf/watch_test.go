@@ -360,4 +360,24 @@ func TestWatchCloseStops(t *testing.T) {
 	renameOver(t, cfg, "b\n")
 	w.Close()
 	w.Close()
+	w.SetPaths([]string{cfg, filepath.Join(dir, "other.yaml")}) // after Close: no new watch to leak
+}
+
+// TestWatchSetPathsRetriesMissingDirectory: a file whose directory does not exist yet (a
+// certificate volume mounted later) is an error, retried until the directory appears.
+func TestWatchSetPathsRetriesMissingDirectory(t *testing.T) {
+	dir := t.TempDir()
+	// The certificate's parent is not watched either: only the retry can find it.
+	cfg, cert := filepath.Join(dir, "config.yaml"), filepath.Join(t.TempDir(), "certs", "tls.crt")
+	write(t, cfg, "a\n")
+	w, errs := startWatcher(t, cfg)
+	w.SetPaths([]string{cfg, cert})
+	if errs.count() == 0 {
+		t.Fatal("a directory that cannot be watched is not reported")
+	}
+	if err := os.Mkdir(filepath.Dir(cert), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, cert, "c\n")
+	wantChange(t, w, cert)
 }
