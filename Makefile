@@ -17,11 +17,13 @@ build: #? build bin/toron (static)
 run: build #? start the gateway in demo mode on 127.0.0.1:8080 with built-in upstreams
 	./$(BIN) -demo
 
-test: vet deps #? vet, import-direction check, all tests with -race (fuzz seeds included)
+test: vet deps #? vet, import-direction check, all tests with -race (fuzz seeds included), then the deploy/ manifest check
 	$(GO) test -race -shuffle=on -timeout 20m $(PKGS)
+	cd deploy && $(GO) test -race ./...
 
-vet: #? go vet
+vet: #? go vet (the gateway and the nested deploy/ module)
 	$(GO) vet $(PKGS)
+	cd deploy && $(GO) vet ./...
 
 lint: vet #? gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

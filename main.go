@@ -44,6 +44,7 @@ type options struct {
 	config, routes string
 	check, demo    bool
 	version        bool
+	watch          bool // -watch, TORON_WATCH: reload when a watched file changes (SPEC 18)
 }
 
 func parseFlags(args, environ []string, stderr io.Writer) (options, error) {
@@ -57,7 +58,12 @@ func parseFlags(args, environ []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.check, "check", false, "validate both files, print the effective configuration as JSON and exit")
 	fs.BoolVar(&o.demo, "demo", false, "start built-in demo upstreams and use the demo route table")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
-	err := fs.Parse(args)
+	watch, err := envWatch(environ)
+	if err != nil {
+		return o, err
+	}
+	fs.BoolVar(&o.watch, "watch", watch, "reload when the config, routes or a certificate file changes, a ConfigMap's ..data swap included (env TORON_WATCH=true|1)")
+	err = fs.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fs.SetOutput(stderr)
@@ -147,6 +153,18 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(sigs)
+	var watcher *conf.Watcher
+	var watchChanges <-chan []string // nil without -watch: never ready
+	if o.watch {
+		if watcher, err = startWatch(o, cfg, log); err != nil {
+			fmt.Fprintf(stderr, "toron: %v\n", err)
+			return exitFailed
+		}
+		if watcher != nil {
+			defer watcher.Close()
+			watchChanges = watcher.Changes()
+		}
+	}
 	ln, err := g.Listen()
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
@@ -176,9 +194,14 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
 				reload(g, load, log, level, logFormat)
+				if watcher != nil {
+					watcher.SetPaths(watchedFiles(o, g.Config()))
+				}
 				continue
 			}
 			return drain(g, sig, sigs, serveErr, log)
+		case files := <-watchChanges:
+			reloadOnChange(files, watcher, o, g, load, log, level, logFormat) // SIGHUP's path (SPEC 18)
 		}
 	}
 }

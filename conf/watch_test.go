@@ -1,0 +1,383 @@
+package conf
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The watch tests use real directories and the real inotify watch. Bounds are generous: a
+// change must arrive within changeWait (the rule is at most 1 s after the first event), and
+// "nothing arrives" is judged over quietWait, well beyond the settle time.
+const (
+	changeWait = 5 * time.Second
+	quietWait  = 1500 * time.Millisecond
+)
+
+// watchErrors collects what a Watcher passes to onError.
+type watchErrors struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (e *watchErrors) add(err error) { e.mu.Lock(); e.errs = append(e.errs, err); e.mu.Unlock() }
+
+func (e *watchErrors) count() int { e.mu.Lock(); defer e.mu.Unlock(); return len(e.errs) }
+
+func startWatcher(t *testing.T, paths ...string) (*Watcher, *watchErrors) {
+	t.Helper()
+	errs := &watchErrors{}
+	w, err := NewWatcher(paths, errs.add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w, errs
+}
+
+// wantChange waits for the next value of w.Changes and checks it names exactly want.
+func wantChange(t *testing.T, w *Watcher, want ...string) {
+	t.Helper()
+	select {
+	case got := <-w.Changes():
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("changed %v, want %v", got, want)
+		}
+	case <-time.After(changeWait):
+		t.Fatalf("no change reported within %s, want %v", changeWait, want)
+	}
+}
+
+func wantNoChange(t *testing.T, w *Watcher, what string) {
+	t.Helper()
+	select {
+	case got := <-w.Changes():
+		t.Fatalf("%s: reported %v as changed", what, got)
+	case <-time.After(quietWait):
+	}
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// renameOver writes content to a temporary file beside path and renames it over path, as
+// editors, `mv` and configuration-management tools do.
+func renameOver(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	write(t, tmp, content)
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// kubeVolume lays out a directory the way the kubelet's atomic writer updates a ConfigMap
+// volume: the data in a timestamped directory, a `..data` symlink to it, and each key a symlink
+// through `..data`. publish writes a new timestamped directory, renames a new symlink over
+// `..data` (the one atomic step) and removes the old directory.
+type kubeVolume struct {
+	dir  string
+	n    int
+	cur  string
+	keep bool // leave the old directory for the test to remove (cleanup that comes late)
+}
+
+func (k *kubeVolume) publish(t *testing.T, files map[string]string) {
+	t.Helper()
+	old := k.cur
+	k.n++
+	ts := fmt.Sprintf("..2026_12_01_08_00_%02d.%09d", k.n, 123456789+k.n)
+	if err := os.Mkdir(filepath.Join(k.dir, ts), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range files {
+		write(t, filepath.Join(k.dir, ts, name), content)
+	}
+	tmp := filepath.Join(k.dir, "..data_tmp")
+	if err := os.Symlink(ts, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(k.dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	for name := range files {
+		link := filepath.Join(k.dir, name)
+		if _, err := os.Lstat(link); os.IsNotExist(err) {
+			if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	k.cur = ts
+	if old != "" && !k.keep {
+		k.removeDir(t, old)
+	}
+}
+
+func (k *kubeVolume) removeDir(t *testing.T, name string) {
+	t.Helper()
+	if err := os.RemoveAll(filepath.Join(k.dir, name)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWatchKubeletDataSwap: a ConfigMap update never touches config.yaml itself (a symlink
+// through ..data): the swap of ..data in the directory is seen, and only the file whose content
+// changed is reported, not the one the kubelet rewrote with the same bytes.
+func TestWatchKubeletDataSwap(t *testing.T) {
+	k := &kubeVolume{dir: t.TempDir()}
+	k.publish(t, map[string]string{"config.yaml": "server: {}\n", "routes.yaml": "routes: []\n"})
+	cfg, routes := filepath.Join(k.dir, "config.yaml"), filepath.Join(k.dir, "routes.yaml")
+	w, errs := startWatcher(t, cfg, routes)
+
+	k.publish(t, map[string]string{"config.yaml": "server: {port: 9090}\n", "routes.yaml": "routes: []\n"})
+	wantChange(t, w, cfg)
+	wantNoChange(t, w, "after the swap settled (old directory removed)")
+
+	k.publish(t, map[string]string{"config.yaml": "server: {port: 9090}\n", "routes.yaml": "routes: [{}]\n"})
+	wantChange(t, w, routes)
+	k.publish(t, map[string]string{"config.yaml": "server: {}\n", "routes.yaml": "routes: []\n"})
+	wantChange(t, w, cfg, routes)
+	if n := errs.count(); n != 0 {
+		t.Errorf("%d watch errors: %v", n, errs.errs)
+	}
+}
+
+// TestWatchKubeletSwapAlone: the ..data rename alone, with the old directory still there
+// (its removal comes later, or fails), is the change: config.yaml and the file it used to
+// resolve to see no event of their own, only the directory does.
+func TestWatchKubeletSwapAlone(t *testing.T) {
+	k := &kubeVolume{dir: t.TempDir(), keep: true}
+	k.publish(t, map[string]string{"config.yaml": "a\n"})
+	first := k.cur
+	cfg := filepath.Join(k.dir, "config.yaml")
+	w, _ := startWatcher(t, cfg)
+
+	k.publish(t, map[string]string{"config.yaml": "b\n"})
+	wantChange(t, w, cfg)
+	k.removeDir(t, first)
+	wantNoChange(t, w, "the late removal of the old directory")
+}
+
+// TestWatchRenameOverAndInPlace: a file replaced by a rename (a new inode, which drops a watch
+// held on the file itself) and a file rewritten in place are both seen.
+func TestWatchRenameOverAndInPlace(t *testing.T) {
+	dir := t.TempDir()
+	cfg, routes := filepath.Join(dir, "config.yaml"), filepath.Join(dir, "routes.yaml")
+	write(t, cfg, "a\n")
+	write(t, routes, "r\n")
+	w, _ := startWatcher(t, cfg, routes)
+
+	renameOver(t, cfg, "b\n")
+	wantChange(t, w, cfg)
+	renameOver(t, cfg, "c\n")
+	wantChange(t, w, cfg)
+	write(t, routes, "r2\n")
+	wantChange(t, w, routes)
+}
+
+// TestWatchSameContentIsNoChange: events without a content change (the same bytes renamed
+// over, a chmod, another file of the directory) report nothing; a real change afterwards
+// still does.
+func TestWatchSameContentIsNoChange(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	write(t, cfg, "a\n")
+	w, _ := startWatcher(t, cfg)
+
+	renameOver(t, cfg, "a\n")
+	if err := os.Chmod(cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "notes.txt"), "unrelated\n")
+	wantNoChange(t, w, "same content")
+	renameOver(t, cfg, "b\n")
+	wantChange(t, w, cfg)
+}
+
+// TestWatchThirdFileInAnotherDirectory: a watched file beside neither the config nor the
+// routes (a certificate in its own directory) is watched as well.
+func TestWatchThirdFileInAnotherDirectory(t *testing.T) {
+	dir, certDir := t.TempDir(), t.TempDir()
+	cfg, cert := filepath.Join(dir, "config.yaml"), filepath.Join(certDir, "tls.crt")
+	write(t, cfg, "a\n")
+	write(t, cert, "cert 1\n")
+	w, _ := startWatcher(t, cfg, cert)
+
+	renameOver(t, cert, "cert 2\n")
+	wantChange(t, w, cert)
+}
+
+// TestWatchSymlinkTargetDirectory: a file that is a symlink into another directory (certbot's
+// live/ -> ../archive/) is seen changing when its target is rewritten in place.
+func TestWatchSymlinkTargetDirectory(t *testing.T) {
+	live, archive := t.TempDir(), t.TempDir()
+	target := filepath.Join(archive, "cert1.pem")
+	write(t, target, "cert 1\n")
+	link := filepath.Join(live, "cert.pem")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	w, _ := startWatcher(t, link)
+
+	write(t, target, "cert 1 renewed\n")
+	wantChange(t, w, link)
+}
+
+// TestWatchGoesOnAfterErrors: a file that disappears is a change (the reload then fails on it);
+// a directory that disappears is an error, retried until it is back; the watch goes on through
+// both and reports the files when they return.
+func TestWatchGoesOnAfterErrors(t *testing.T) {
+	dir, certDir := t.TempDir(), filepath.Join(t.TempDir(), "certs")
+	if err := os.Mkdir(certDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg, cert := filepath.Join(dir, "config.yaml"), filepath.Join(certDir, "tls.crt")
+	write(t, cfg, "a\n")
+	write(t, cert, "c\n")
+	w, errs := startWatcher(t, cfg, cert)
+
+	if err := os.Remove(cfg); err != nil {
+		t.Fatal(err)
+	}
+	wantChange(t, w, cfg)
+	write(t, cfg, "a\n")
+	wantChange(t, w, cfg)
+
+	if err := os.RemoveAll(certDir); err != nil {
+		t.Fatal(err)
+	}
+	wantChange(t, w, cert)
+	deadline := time.Now().Add(changeWait)
+	for errs.count() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a directory that cannot be watched is not reported")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := os.Mkdir(certDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, cert, "c2\n")
+	wantChange(t, w, cert)
+	// Once back, the directory is watched again, not only polled by the retry.
+	time.Sleep(2 * watchRetry)
+	renameOver(t, cert, "c3\n")
+	wantChange(t, w, cert)
+}
+
+// TestWatchSettlesWithinOneSecond: a writer that never pauses in the same directory does not
+// hold a change back beyond the settle bound.
+func TestWatchSettlesWithinOneSecond(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	write(t, cfg, "a\n")
+	w, _ := startWatcher(t, cfg)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		noise := filepath.Join(dir, "busy.log")
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			_ = os.WriteFile(noise, fmt.Appendf(nil, "%d\n", i), 0o644)
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+
+	time.Sleep(200 * time.Millisecond) // the noise is flowing
+	renameOver(t, cfg, "b\n")
+	select {
+	case got := <-w.Changes():
+		if !slices.Equal(got, []string{cfg}) {
+			t.Fatalf("changed %v, want [%s]", got, cfg)
+		}
+	case <-time.After(4 * time.Second):
+		t.Fatal("a change was held back while another file of the directory kept changing")
+	}
+}
+
+// TestWatchSetPaths: a file added by SetPaths (the certificate of a reloaded TLS section) is
+// watched from its content at that moment; a file dropped is no longer reported.
+func TestWatchSetPaths(t *testing.T) {
+	dir, other := t.TempDir(), t.TempDir()
+	cfg, cert := filepath.Join(dir, "config.yaml"), filepath.Join(other, "new.crt")
+	write(t, cfg, "a\n")
+	write(t, cert, "c\n")
+	w, _ := startWatcher(t, cfg)
+
+	w.SetPaths([]string{cert, "", cert})
+	renameOver(t, cfg, "b\n")
+	renameOver(t, cert, "c2\n")
+	wantChange(t, w, cert)
+	wantNoChange(t, w, "a file dropped from the set")
+}
+
+// TestWatchMergesUndelivered: changes found while the receiver is busy are merged into the
+// value it has not taken yet.
+func TestWatchMergesUndelivered(t *testing.T) {
+	w := &Watcher{changes: make(chan []string, 1)}
+	w.notify([]string{"a"})
+	w.notify([]string{"b", "a"})
+	got := <-w.Changes()
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("got %v, want [a b]", got)
+	}
+	select {
+	case more := <-w.Changes():
+		t.Fatalf("a second value %v", more)
+	default:
+	}
+}
+
+// TestWatchCloseStops: Close ends the goroutine (goleak checks it for the package) and may be
+// called twice.
+func TestWatchCloseStops(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	write(t, cfg, "a\n")
+	w, err := NewWatcher([]string{cfg}, func(error) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	renameOver(t, cfg, "b\n")
+	w.Close()
+	w.Close()
+	w.SetPaths([]string{cfg, filepath.Join(dir, "other.yaml")}) // after Close: no new watch to leak
+}
+
+// TestWatchSetPathsRetriesMissingDirectory: a file whose directory does not exist yet (a
+// certificate volume mounted later) is an error, retried until the directory appears.
+func TestWatchSetPathsRetriesMissingDirectory(t *testing.T) {
+	dir := t.TempDir()
+	// The certificate's parent is not watched either: only the retry can find it.
+	cfg, cert := filepath.Join(dir, "config.yaml"), filepath.Join(t.TempDir(), "certs", "tls.crt")
+	write(t, cfg, "a\n")
+	w, errs := startWatcher(t, cfg)
+	w.SetPaths([]string{cfg, cert})
+	if errs.count() == 0 {
+		t.Fatal("a directory that cannot be watched is not reported")
+	}
+	if err := os.Mkdir(filepath.Dir(cert), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, cert, "c\n")
+	wantChange(t, w, cert)
+}

@@ -1,0 +1,280 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"toron/conf"
+	"toron/gateway"
+)
+
+// startWatchingBinary is startBinary with -watch turned on by env (TORON_WATCH=1) or by flag.
+func startWatchingBinary(t *testing.T, cfg, routes string, port int, byEnv bool) (*exec.Cmd, *syncBuffer, string) {
+	t.Helper()
+	args := []string{"-config", cfg, "-routes", routes}
+	cmd := exec.Command(binPath, args...)
+	if byEnv {
+		cmd.Env = append(os.Environ(), "TORON_WATCH=1")
+	} else {
+		cmd.Args = append(cmd.Args, "-watch")
+	}
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	waitHealthy(t, base)
+	return cmd, stderr, base
+}
+
+// metricValue reads one sample of /metrics, by its full name with labels; "" when absent.
+func metricValue(t *testing.T, base, sample string) string {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), sample+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// kubeVolume lays out a directory as the kubelet's atomic writer updates a ConfigMap volume
+// (the same layout as conf's watch tests): a timestamped directory, a ..data symlink to it,
+// each key a symlink through ..data; publish swaps ..data with one rename.
+type kubeVolume struct {
+	dir string
+	n   int
+	cur string
+}
+
+func (k *kubeVolume) publish(t *testing.T, files map[string]string) {
+	t.Helper()
+	k.n++
+	ts := fmt.Sprintf("..2026_12_01_09_00_%02d.%09d", k.n, 987654321-k.n)
+	if err := os.Mkdir(filepath.Join(k.dir, ts), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range files {
+		writeFile(t, filepath.Join(k.dir, ts), name, content)
+	}
+	tmp := filepath.Join(k.dir, "..data_tmp")
+	if err := os.Symlink(ts, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(k.dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	for name := range files {
+		if _, err := os.Lstat(filepath.Join(k.dir, name)); os.IsNotExist(err) {
+			if err := os.Symlink(filepath.Join("..data", name), filepath.Join(k.dir, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if k.cur != "" {
+		if err := os.RemoveAll(filepath.Join(k.dir, k.cur)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k.cur = ts
+}
+
+// TestWatchKubeletSwapReloadsBinary: a real process started with TORON_WATCH=1 on a
+// ConfigMap-style volume reloads on each ..data swap, as SIGHUP does: a new route is served;
+// an invalid update is refused and counted while the old table keeps serving; the valid update
+// after it is applied (the watch went on); the reload metrics are SIGHUP's.
+func TestWatchKubeletSwapReloadsBinary(t *testing.T) {
+	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.URL.Path)
+	})
+	port := freePort(t)
+	serverYAML := fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\nlog:\n  access: false\n", port)
+	route := func(prefix string) string {
+		return fmt.Sprintf("  - type: upstream\n    prefix: %s\n    target: http://%s\n", prefix, upAddr)
+	}
+	k := &kubeVolume{dir: t.TempDir()}
+	k.publish(t, map[string]string{"config.yaml": serverYAML, "routes.yaml": "routes:\n" + route("/a")})
+	cmd, stderr, base := startWatchingBinary(t, filepath.Join(k.dir, "config.yaml"), filepath.Join(k.dir, "routes.yaml"), port, true)
+
+	status := func(path string) int {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s; stderr:\n%s", what, stderr.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if status("/b/x") != 404 {
+		t.Fatal("route /b exists before the update")
+	}
+
+	k.publish(t, map[string]string{"config.yaml": serverYAML, "routes.yaml": "routes:\n" + route("/a") + route("/b")})
+	waitFor("route /b not served after the ..data swap", func() bool { return status("/b/x") == 200 })
+
+	k.publish(t, map[string]string{"config.yaml": serverYAML, "routes.yaml": "routes:\n  - type: upstream\n    prefix: nope\n    target: http://x\n"})
+	waitFor("invalid update not counted", func() bool { return metricValue(t, base, "toron_config_reload_errors_total") == "1" })
+	if !strings.Contains(stderr.String(), "reload refused") {
+		t.Errorf("invalid update not logged as refused; stderr:\n%s", stderr.String())
+	}
+	if status("/a/x") != 200 || status("/b/x") != 200 {
+		t.Error("old configuration stopped serving after an invalid update")
+	}
+
+	k.publish(t, map[string]string{"config.yaml": serverYAML, "routes.yaml": "routes:\n" + route("/c")})
+	waitFor("route /c not served after the valid update that followed the invalid one", func() bool { return status("/c/x") == 200 })
+	if status("/a/x") != 404 {
+		t.Error("route /a still served after the update that removed it")
+	}
+	if got := metricValue(t, base, "toron_config_reloads_total"); got != "2" {
+		t.Errorf("toron_config_reloads_total %q, want 2", got)
+	}
+	if got := metricValue(t, base, "toron_config_reload_errors_total"); got != "1" {
+		t.Errorf("toron_config_reload_errors_total %q, want 1", got)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); exitCode(err) != 0 {
+		t.Errorf("exit: %v; stderr:\n%s", err, stderr.String())
+	}
+}
+
+// TestWatchRenameOverReloadsBinary: with -watch, plain files replaced by a rename reload the
+// gateway; a rewrite with the same bytes does not count as a reload.
+func TestWatchRenameOverReloadsBinary(t *testing.T) {
+	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {})
+	port := freePort(t)
+	dir := t.TempDir()
+	cfgYAML := fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\nlog:\n  access: false\n", port)
+	cfg := writeFile(t, dir, "config.yaml", cfgYAML)
+	routesYAML := func(prefix string) string {
+		return fmt.Sprintf("routes:\n  - type: upstream\n    prefix: %s\n    target: http://%s\n", prefix, upAddr)
+	}
+	routes := writeFile(t, dir, "routes.yaml", routesYAML("/a"))
+	cmd, stderr, base := startWatchingBinary(t, cfg, routes, port, false)
+	renameOver := func(name, content string) {
+		t.Helper()
+		tmp := writeFile(t, dir, "."+name+".swp", content)
+		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	renameOver("config.yaml", cfgYAML) // same bytes: no reload
+	renameOver("routes.yaml", routesYAML("/z"))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(base + "/z/x")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("route /z not served after the rename; stderr:\n%s", stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond) // any second reload would have happened by now
+	if got := metricValue(t, base, "toron_config_reloads_total"); got != "1" {
+		t.Errorf("toron_config_reloads_total %q, want 1 (the same-content rewrite is no reload)", got)
+	}
+	if !strings.Contains(stderr.String(), `"files":["`+routes+`"]`) {
+		t.Errorf("the reload does not log the changed file alone; stderr:\n%s", stderr.String())
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); exitCode(err) != 0 {
+		t.Errorf("exit: %v", err)
+	}
+}
+
+// TestWatchEnvInvalidExits2: TORON_WATCH takes true or 1 (false, 0); a typo is a one-line
+// mistake, exit 2, not silently off.
+func TestWatchEnvInvalidExits2(t *testing.T) {
+	cmd := exec.Command(binPath, "-check")
+	cmd.Env = append(os.Environ(), "TORON_WATCH=yes please")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if code := exitCode(cmd.Run()); code != 2 {
+		t.Fatalf("exit %d, want 2; stderr %s", code, stderr.String())
+	}
+	if out := stderr.String(); strings.Count(out, "\n") != 1 || !strings.Contains(out, "TORON_WATCH") {
+		t.Errorf("want one line naming TORON_WATCH, got %q", out)
+	}
+}
+
+// TestWatchThirdFileReloads: a watched file that is neither the config nor the routes (a
+// stand-in for the certificate files main will list) changing leads, through the watcher and
+// reloadOnChange (main's select case), to a reload of a real gateway, counted as SIGHUP's.
+func TestWatchThirdFileReloads(t *testing.T) {
+	dir, certDir := t.TempDir(), t.TempDir()
+	o := options{
+		config: writeFile(t, dir, "config.yaml", "server:\n  host: 127.0.0.1\n  port: 1\nlog:\n  access: false\n"),
+		routes: writeFile(t, dir, "routes.yaml", "routes:\n  - type: upstream\n    prefix: /a\n    target: http://127.0.0.1:1\n"),
+	}
+	cert := writeFile(t, certDir, "tls.crt", "certificate 1\n")
+	load := func() (*conf.Config, error) { return conf.Load(o.config, o.routes, nil) }
+	cfg, err := load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gateway.New(cfg, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := conf.NewWatcher(append(watchedFiles(o, cfg), cert), func(err error) { t.Errorf("watch: %v", err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+
+	tmp := writeFile(t, certDir, ".tls.crt.new", "certificate 2\n")
+	if err := os.Rename(tmp, cert); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case files := <-w.Changes():
+		if len(files) != 1 || files[0] != cert {
+			t.Fatalf("changed %v, want [%s]", files, cert)
+		}
+		reloadOnChange(files, w, o, g, load, zap.NewNop(), zap.NewAtomicLevel(), "json")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the certificate change was not reported")
+	}
+	var b bytes.Buffer
+	g.Metrics().WritePrometheus(&b)
+	for _, want := range []string{"toron_config_reloads_total 1\n", "toron_config_reload_errors_total 0\n"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
