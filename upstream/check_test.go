@@ -189,7 +189,7 @@ func TestActiveCheckThresholdsInARow(t *testing.T) {
 	}
 	events := make(chan seen, 8)
 	cfg := Config{Route: "r", Targets: []TargetConfig{{Addr: srv.Listener.Addr().String()}},
-		Check: &CheckConfig{Path: "/", Interval: 30 * time.Millisecond, Timeout: time.Second, HealthyThreshold: 2, UnhealthyThreshold: 3},
+		Check:   &CheckConfig{Path: "/", Interval: 30 * time.Millisecond, Timeout: time.Second, HealthyThreshold: 2, UnhealthyThreshold: 3},
 		OnEvent: func(e Event) { events <- seen{e.Kind, checks.Load()} }}
 	s, err := NewSet(cfg, nil)
 	if err != nil {
