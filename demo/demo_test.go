@@ -356,17 +356,18 @@ func TestRoutesYAML(t *testing.T) {
 	u := startUpstreams(t)
 
 	type route struct {
-		Type                  string       `yaml:"type"`
-		Prefix                string       `yaml:"prefix"`
-		Target                string       `yaml:"target"`
-		Targets               []demoTarget `yaml:"targets"`
-		MaxBodyBytes          int64        `yaml:"max_body_bytes"`
-		MaxConcurrency        int          `yaml:"max_concurrency"`
-		ReadTimeout           string       `yaml:"read_timeout"`
-		WriteTimeout          string       `yaml:"write_timeout"`
-		ResponseHeaderTimeout string       `yaml:"response_header_timeout"`
-		InboundChunkedMode    string       `yaml:"inbound_chunked_mode"`
-		StreamRequestBody     *bool        `yaml:"stream_request_body"`
+		Type                  string `yaml:"type"`
+		Prefix                string `yaml:"prefix"`
+		Target                string `yaml:"target"`
+		MaxBodyBytes          int64  `yaml:"max_body_bytes"`
+		MaxConcurrency        int    `yaml:"max_concurrency"`
+		ReadTimeout           string `yaml:"read_timeout"`
+		WriteTimeout          string `yaml:"write_timeout"`
+		ResponseHeaderTimeout string `yaml:"response_header_timeout"`
+		InboundChunkedMode    string `yaml:"inbound_chunked_mode"`
+		StreamRequestBody     *bool  `yaml:"stream_request_body"`
+
+		Targets []demoTarget `yaml:"targets"`
 	}
 	var doc struct {
 		Routes []route `yaml:"routes"`
