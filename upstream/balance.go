@@ -29,7 +29,13 @@ func (s *Set) pickP2C(now int64, exclude []*Target, all bool) *Target {
 		return only
 	}
 	a := s.drawWeighted(now, exclude, all, nil, total)
+	if a == nil {
+		return only // every candidate changed state between the passes
+	}
 	b := s.drawWeighted(now, exclude, all, a, total-a.weight)
+	if b == nil {
+		return a
+	}
 	ia, ib := a.st.inflight.Load(), b.st.inflight.Load()
 	switch {
 	case ia < ib:
@@ -45,6 +51,9 @@ func (s *Set) pickP2C(now int64, exclude []*Target, all bool) *Target {
 // drawWeighted returns a candidate other than skip, each with probability weight/total, where
 // total is the sum of the weights of those candidates.
 func (s *Set) drawWeighted(now int64, exclude []*Target, all bool, skip *Target, total int) *Target {
+	if total <= 0 {
+		return nil
+	}
 	r := int(rand.Uint64N(uint64(total)))
 	var last *Target
 	for _, t := range s.targets {
@@ -57,7 +66,9 @@ func (s *Set) drawWeighted(now int64, exclude []*Target, all bool, skip *Target,
 		r -= t.weight
 		last = t
 	}
-	return last // unreachable while eligibility is stable; a target that changed state meanwhile
+	// Reached only when a target changed state between the passes (an ejection, a check):
+	// any remaining candidate does, nil if none is left.
+	return last
 }
 
 // pickRoundRobin is nginx's smooth weighted round robin: every candidate's current weight grows

@@ -182,3 +182,23 @@ func TestNewSetRefusesBadConfig(t *testing.T) {
 		}
 	}
 }
+
+func TestRetiredTargetRegistersNoMetrics(t *testing.T) {
+	ms := metrics.NewSet()
+	cfg := Config{Route: "r", Metrics: ms, Targets: []TargetConfig{{Addr: "a:1"}, {Addr: "b:1"}}}
+	s1, err := NewSet(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := s1.Pick(nil)
+	cfg.Targets = []TargetConfig{{Addr: "c:1"}}
+	s2, err := NewSet(cfg, s1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	held.Done(Success, 418) // a code never seen before, on a target that left
+	if text := scrape(ms); strings.Contains(text, held.Addr()) {
+		t.Fatalf("a target that left registered a metric again:\n%s", text)
+	}
+}

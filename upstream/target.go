@@ -94,10 +94,18 @@ func (t *Target) Done(o Outcome, code int) {
 // after an ejection ended ejects the target again, for twice as long; a success resets both.
 func (s *Set) failure(t *Target) {
 	st := t.st
-	n := st.failures.Add(1)
 	p := &s.passive
-	if p.ConsecutiveFailures <= 0 || int(n) < p.ConsecutiveFailures {
+	if p.ConsecutiveFailures <= 0 {
 		return
+	}
+	n := st.failures.Add(1)
+	if int(n) < p.ConsecutiveFailures {
+		return
+	}
+	if int(n) > p.ConsecutiveFailures {
+		// Saturate: a target failing while ejection is refused (max_ejected_percent) must not
+		// count towards an overflow.
+		st.failures.Store(int32(p.ConsecutiveFailures))
 	}
 	s.ejectMu.Lock()
 	now := s.now()
@@ -153,10 +161,15 @@ type state struct {
 	codes     [600]atomic.Pointer[metrics.Counter]
 	ejections *metrics.Counter
 
-	mu      sync.Mutex // guards names and checker
+	mu      sync.Mutex // guards names, retired and checker
 	names   []string   // registered metric names, for retire
+	retired bool       // the target left its route: no metric may be registered any more
 	checker *checker
 }
+
+// discardCounter counts the codes of a target that left its route: a request in flight on it
+// when it left must not register its metrics again.
+var discardCounter metrics.Counter
 
 // newState registers a new target's metrics.
 func newState(addr, route string, set *metrics.Set) *state {
@@ -200,13 +213,18 @@ func (st *state) codeCounter(code int) *metrics.Counter {
 		return c
 	}
 	name := metricRequests + st.label + `,code="` + strconv.Itoa(code) + `"}`
-	c := st.metrics.GetOrCreateCounter(name)
-	if st.codes[code].CompareAndSwap(nil, c) {
-		st.mu.Lock()
-		st.names = append(st.names, name)
-		st.mu.Unlock()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.retired {
+		return &discardCounter
 	}
-	return st.codes[code].Load()
+	if c := st.codes[code].Load(); c != nil {
+		return c
+	}
+	c := st.metrics.GetOrCreateCounter(name)
+	st.codes[code].Store(c)
+	st.names = append(st.names, name)
+	return c
 }
 
 // retire ends a target that left its route: checker stopped, metrics unregistered, attached
@@ -217,6 +235,7 @@ func (st *state) retire() {
 	st.mu.Lock()
 	names := st.names
 	st.names = nil
+	st.retired = true
 	st.mu.Unlock()
 	for _, n := range names {
 		st.metrics.UnregisterMetric(n)
