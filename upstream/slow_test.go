@@ -2,10 +2,13 @@ package upstream
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/VictoriaMetrics/metrics"
 )
 
 // serveShare runs workers concurrent clients against a Set for d, each attempt holding its
@@ -68,5 +71,69 @@ func TestP2CStarvesASlowTarget(t *testing.T) {
 	}
 	if rr[2] < 0.30 || rr[2] > 0.37 {
 		t.Errorf("round_robin sent %.1f%% to the slow target, want its third", 100*rr[2])
+	}
+}
+
+func TestInflightBackToZeroUnderRandomOutcomes(t *testing.T) {
+	// 10,000 attempts from 16 goroutines with random failures, client aborts and retries on
+	// other targets, passive health ejecting and returning on a real clock: every in-flight
+	// count and gauge ends at 0.
+	ms := metrics.NewSet()
+	cfg := Config{Route: "r", Metrics: ms, Retries: 2,
+		Passive: PassiveConfig{ConsecutiveFailures: 3, EjectTime: time.Millisecond, MaxEjectTime: 5 * time.Millisecond, MaxEjectedPercent: 50}}
+	for i := range 4 {
+		cfg.Targets = append(cfg.Targets, TargetConfig{Addr: fmt.Sprintf("t%d:80", i), Weight: i + 1})
+	}
+	for _, b := range []Balance{P2C, RoundRobin, ClientIPHash} {
+		cfg.Balance = b
+		s, err := NewSet(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for w := range 16 {
+			wg.Go(func() {
+				ip := []byte{10, 0, 0, byte(w)}
+				var tried [MaxRetries + 1]*Target
+				for next.Add(1) <= 10_000 {
+					n := 0
+					for {
+						tg := s.Pick(ip, tried[:n]...)
+						if tg == nil {
+							break
+						}
+						tried[n] = tg
+						n++
+						switch r := next.Load() % 7; {
+						case r == 0:
+							tg.Done(Neutral, 499)
+						case r <= 2 && n <= s.Retries():
+							tg.Done(Failure, 502)
+							s.CountRetry()
+							continue
+						case r == 3:
+							tg.Done(Failure, 503)
+						default:
+							tg.Done(Success, 200)
+						}
+						break
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for _, tg := range s.Targets() {
+			if tg.InFlight() != 0 {
+				t.Errorf("%s: %s has %d in flight", b, tg.Addr(), tg.InFlight())
+			}
+		}
+		text := scrape(ms)
+		for _, line := range strings.Split(text, "\n") {
+			if strings.HasPrefix(line, "toron_upstream_inflight") && !strings.HasSuffix(line, " 0") {
+				t.Errorf("%s: %s", b, line)
+			}
+		}
+		s.Close()
 	}
 }
