@@ -54,7 +54,8 @@ func (t *Target) Down() bool { return t.st.down.Load() }
 
 // Attach keeps v with the target's state, typically its connection pool: a reload that keeps
 // the target keeps v, and v is closed (when it is an io.Closer) once the target leaves the
-// route (a reload without it, or Set.Close).
+// route (a reload without it, or Set.Close), possibly while requests are still in flight on
+// it. Attach is not for the hot path (it allocates); Attached is one atomic load.
 func (t *Target) Attach(v any) { t.st.attached.Store(&v) }
 
 // Attached returns the value given to Attach, nil if none.
