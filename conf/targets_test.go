@@ -167,3 +167,41 @@ func TestTargetsCheckJSON(t *testing.T) {
 		t.Errorf("a route without checks must show health_check null:\n%s", out)
 	}
 }
+
+// FuzzTargets feeds arbitrary pool keys to the loader: it must never panic, every error must
+// be a *conf.Error naming the route, and an accepted route has targets that upstream accepts
+// (weights 1..100, host:port unique, at least one).
+func FuzzTargets(f *testing.F) {
+	f.Add(twoTargets + "    balance: round_robin\n")
+	f.Add("    targets: [{url: \"http://a:1\", weight: 100}, {url: \"http://A:1\"}]\n")
+	f.Add("    targets: [\"http://a:1\"]\n    passive_health: {eject_time: 0s}\n")
+	f.Add("    target: \"http://a:1\"\n    health_check: {path: /h, interval: -1s}\n    retries: 9\n")
+	f.Add("    targets: {url: x}\n    health_check: []\n")
+	f.Fuzz(func(t *testing.T, keys string) {
+		cfg, err := loadStrings("", poolRoute(keys))
+		if err != nil {
+			for _, e := range configErrors(t, err) {
+				if e.Error() == "" {
+					t.Fatal("empty error")
+				}
+			}
+			return
+		}
+		for _, r := range cfg.Routes {
+			e := r.Effective
+			if len(e.Targets) == 0 || r.Target == "" {
+				t.Fatalf("accepted route without targets: %+v", r)
+			}
+			seen := map[string]bool{}
+			for _, tg := range e.Targets {
+				if tg.Weight < MinTargetWeight || tg.Weight > MaxTargetWeight || seen[tg.Addr] || tg.Addr == "" {
+					t.Fatalf("accepted target %+v", tg)
+				}
+				seen[tg.Addr] = true
+			}
+			if e.Retries < 0 || e.Retries > MaxRetries || (e.HealthCheck != nil && e.HealthCheck.Path == "") {
+				t.Fatalf("accepted effective %+v", e)
+			}
+		}
+	})
+}

@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"math/rand/v2"
 	"net"
-	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -186,8 +185,14 @@ func statusCode(line []byte) (int, bool) {
 	if !bytes.HasPrefix(line, []byte("HTTP/1.")) || len(line) < 12 || line[8] != ' ' {
 		return 0, false
 	}
-	code, err := strconv.Atoi(string(line[9:12]))
-	if err != nil || (len(line) > 12 && line[12] != ' ' && line[12] != '\r' && line[12] != '\n') {
+	code := 0
+	for _, c := range line[9:12] {
+		if c < '0' || c > '9' {
+			return 0, false // strconv.Atoi would take "-20" or "+99"
+		}
+		code = code*10 + int(c-'0')
+	}
+	if len(line) > 12 && line[12] != ' ' && line[12] != '\r' && line[12] != '\n' {
 		return 0, false
 	}
 	return code, true

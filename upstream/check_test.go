@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -317,4 +318,33 @@ func TestCloseStopsCheckerMidCheck(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("Close waited %s for a check with a 1m timeout", d)
 	}
+}
+
+func TestStatusCode(t *testing.T) {
+	for line, want := range map[string]int{
+		"HTTP/1.1 200 OK\r\n": 200, "HTTP/1.0 302\r\n": 302, "HTTP/1.1 503 Service Unavailable\n": 503,
+		"HTTP/1.1 20 OK\r\n": -1, "HTTP/2 200\r\n": -1, "HTTP/1.1 2000\r\n": -1, "http/1.1 200 OK\r\n": -1, "HTTP/1.1  200\r\n": -1, "": -1,
+	} {
+		code, ok := statusCode([]byte(line))
+		if !ok {
+			code = -1
+		}
+		if code != want {
+			t.Errorf("statusCode(%q) = %d, want %d", line, code, want)
+		}
+	}
+}
+
+// FuzzStatusCode: the check's status-line parser never panics, and what it accepts is a
+// three-digit status after "HTTP/1.x ".
+func FuzzStatusCode(f *testing.F) {
+	for _, s := range []string{"HTTP/1.1 200 OK\r\n", "HTTP/1.0 302\r\n", "HTTP/1.1 20 OK\r\n", "HTTP/1.1 -20 x\r\n", "HTTP/1.1 +99\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		code, ok := statusCode(line)
+		if ok && (code < 0 || code > 999 || !bytes.HasPrefix(line, []byte("HTTP/1."))) {
+			t.Fatalf("statusCode(%q) = %d", line, code)
+		}
+	})
 }
