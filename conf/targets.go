@@ -126,6 +126,18 @@ var (
 	healthCheckSchema   = schema{"path": kindString, "interval": kindDuration, "timeout": kindDuration, "healthy_threshold": kindInt, "unhealthy_threshold": kindInt}
 )
 
+// kindNested marks the route keys decodeUpstreamKey decodes; their values never reach
+// fromYAML.
+const kindNested kind = 100
+
+// The nested keys join the route schema so that "did you mean" and the known-keys list of an
+// unknown route key include them.
+func init() {
+	for _, k := range []string{"targets", "passive_health", "health_check"} {
+		routeSchema[k] = kindNested
+	}
+}
+
 // decodeUpstreamKey decodes the route keys that are lists or mappings (targets,
 // passive_health, health_check), which the flat route schema cannot type. It reports whether
 // key was one of them; its errors name the sub-key ("targets[1].weight").

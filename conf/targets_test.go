@@ -112,6 +112,7 @@ func TestTargetsValidationErrors(t *testing.T) {
 		{"health check zero interval", route(api + ", " + tg + ", health_check: {path: /h, interval: 0s}"), "routes.yaml: routes[0] (/api): health_check: interval must be greater than 0, not 0s", "health_check"},
 		{"health check negative timeout", route(api + ", " + tg + ", health_check: {path: /h, timeout: -1s}"), "routes.yaml: routes[0] (/api): health_check: timeout must be greater than 0, not -1s", "health_check"},
 		{"health check zero threshold", route(api + ", " + tg + ", health_check: {path: /h, healthy_threshold: 0}"), "routes.yaml: routes[0] (/api): health_check: healthy_threshold and unhealthy_threshold must be at least 1, not 0 and 3", "health_check"},
+		{"typo of targets", route(api + `, target: "http://10.0.0.1:80", tragets: [{url: "http://10.0.0.2:80"}]`), "routes.yaml: routes[0] (/api): tragets: unknown key (did you mean targets?)", "tragets"},
 		{"health check unknown key", route(api + ", " + tg + ", health_check: {path: /h, intervall: 5s}"), "routes.yaml: routes[0] (/api): health_check.intervall: unknown key (did you mean interval?)", "health_check.intervall"},
 	}
 	for _, c := range cases {
