@@ -211,7 +211,6 @@ type Set struct {
 	onEvent func(Event)
 	// maxEjected is floor(len(targets) × MaxEjectedPercent / 100), at most len(targets)-1.
 	maxEjected int
-	check      *CheckConfig
 
 	// rrMu guards the round-robin weights (Target.current).
 	rrMu sync.Mutex
@@ -231,10 +230,8 @@ type Set struct {
 // epoch anchors the int64 times of passive health; Sub keeps the monotonic clock of time.Now.
 var epoch = time.Now()
 
-// errNoTargets and friends are the Config mistakes conf refuses first.
-var (
-	errNoTargets = errors.New("upstream: a route needs at least one target")
-)
+// errNoTargets is a Config without targets (conf refuses it first).
+var errNoTargets = errors.New("upstream: a route needs at least one target")
 
 // NewSet builds a route's Set. When prev is the serving Set of the same route name (a reload),
 // the targets that stay (same host:port) keep their state (in-flight count, passive counters
@@ -254,7 +251,6 @@ func NewSet(cfg Config, prev *Set) (*Set, error) {
 		metrics: cfg.Metrics,
 		clock:   cfg.Clock,
 		onEvent: cfg.OnEvent,
-		check:   cfg.Check,
 	}
 	if s.metrics == nil {
 		s.metrics = metrics.NewSet()
