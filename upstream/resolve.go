@@ -35,11 +35,14 @@ type Resolver struct {
 	names map[string]*dnsEntry
 }
 
-// dnsEntry is one cached name.
+// dnsEntry is one cached name. One lookup at a time refreshes it; the dials that need it
+// meanwhile wait for that lookup or for their own context, whichever ends first.
 type dnsEntry struct {
-	mu      sync.Mutex // held while the name is looked up, so one dial resolves for all
+	mu      sync.Mutex
 	addrs   []netip.Addr
 	expires time.Time
+	err     error         // the last lookup's error, for the dials that waited on it
+	pending chan struct{} // closed when the lookup under way ends; nil when none is
 	next    atomic.Uint32
 }
 
@@ -99,35 +102,69 @@ func (r *Resolver) resolve(ctx context.Context, host string) ([]netip.Addr, int,
 	}
 	r.mu.Unlock()
 
-	now := r.now()
-	e.mu.Lock()
-	if e.addrs == nil || !now.Before(e.expires) {
-		lookup := r.Lookup
-		if lookup == nil {
-			lookup = func(ctx context.Context, host string) ([]netip.Addr, error) {
-				return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	for {
+		now := r.now()
+		e.mu.Lock()
+		if e.addrs != nil && now.Before(e.expires) {
+			addrs := e.addrs
+			e.mu.Unlock()
+			return addrs, int(e.next.Add(1)-1) % len(addrs), nil
+		}
+		if wait := e.pending; wait != nil {
+			e.mu.Unlock()
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return nil, 0, fmt.Errorf("upstream: cannot resolve %s: %w", host, ctx.Err())
 			}
+			e.mu.Lock()
+			err := e.err
+			e.mu.Unlock()
+			if err != nil {
+				return nil, 0, err
+			}
+			continue
 		}
-		addrs, err := lookup(ctx, host)
-		if err == nil && len(addrs) == 0 {
-			err = errNoAddresses
-		}
+		e.pending = make(chan struct{})
+		e.mu.Unlock()
+		addrs, err := r.lookup(ctx, host)
+		e.mu.Lock()
 		if err != nil {
 			// No stale answer is used: SPEC 13 bounds the cache, and a name that no longer
 			// resolves is as good as a refused dial (a failure, retried on another target).
-			e.addrs = nil
-			e.mu.Unlock()
-			return nil, 0, fmt.Errorf("upstream: cannot resolve %s: %w", host, err)
+			e.addrs, e.err = nil, err
+		} else {
+			e.addrs, e.err, e.expires = addrs, nil, now.Add(r.ttl())
 		}
-		for i, a := range addrs {
-			addrs[i] = a.Unmap()
+		close(e.pending)
+		e.pending = nil
+		e.mu.Unlock()
+		if err != nil {
+			return nil, 0, err
 		}
-		e.addrs = addrs
-		e.expires = now.Add(r.ttl())
 	}
-	addrs := e.addrs
-	e.mu.Unlock()
-	return addrs, int(e.next.Add(1)-1) % len(addrs), nil
+}
+
+// lookup resolves host once, IPv4-mapped answers unmapped.
+func (r *Resolver) lookup(ctx context.Context, host string) ([]netip.Addr, error) {
+	lookup := r.Lookup
+	if lookup == nil {
+		lookup = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}
+	}
+	addrs, err := lookup(ctx, host)
+	if err == nil && len(addrs) == 0 {
+		err = errNoAddresses
+	}
+	if err != nil {
+		return nil, fmt.Errorf("upstream: cannot resolve %s: %w", host, err)
+	}
+	out := make([]netip.Addr, len(addrs))
+	for i, a := range addrs {
+		out[i] = a.Unmap()
+	}
+	return out, nil
 }
 
 // ttl is the effective cache time.

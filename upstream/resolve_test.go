@@ -147,3 +147,47 @@ func TestResolverIPLiteralNotResolved(t *testing.T) {
 	c.Close()
 	eventually(t, "one connection", func() bool { return hits.Load() == 1 })
 }
+
+func TestResolverWaitBoundedByDialContext(t *testing.T) {
+	hits, port := acceptOn(t, "127.0.0.1", 0)
+	release := make(chan struct{})
+	var lookups atomic.Int64
+	r := &Resolver{Lookup: func(ctx context.Context, host string) ([]netip.Addr, error) {
+		lookups.Add(1)
+		<-release // a slow DNS server
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+	}}
+	addr := "slow.internal:" + strconv.Itoa(port)
+	first := make(chan error, 1)
+	go func() {
+		c, err := r.Dial(context.Background(), addr)
+		if err == nil {
+			c.Close()
+		}
+		first <- err
+	}()
+	eventually(t, "the first lookup is under way", func() bool { return lookups.Load() == 1 })
+	// A second dial with a short deadline waits for the same lookup, but not past its deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := r.Dial(ctx, addr); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second dial: %v, want its deadline", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("second dial waited %s behind a slow lookup", d)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	c, err := r.Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if lookups.Load() != 1 {
+		t.Fatalf("%d lookups, want 1 shared by every dial", lookups.Load())
+	}
+	eventually(t, "two connections", func() bool { return hits.Load() == 2 })
+}
