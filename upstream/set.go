@@ -75,6 +75,19 @@ const (
 	Failure
 )
 
+// String names the outcome for logs: "neutral", "success" or "failure".
+func (o Outcome) String() string {
+	switch o {
+	case Neutral:
+		return "neutral"
+	case Success:
+		return "success"
+	case Failure:
+		return "failure"
+	}
+	return fmt.Sprintf("Outcome(%d)", o)
+}
+
 // OutcomeOf classifies a response head by its status: 502, 503 and 504 are a Failure, any
 // other status a Success.
 func OutcomeOf(status int) Outcome {
