@@ -81,6 +81,7 @@ func (c *Config) resolve() {
 		default:
 			e.StreamRequestBody = StreamNever
 		}
+		resolveUpstream(r, &e)
 		r.Effective = e
 	}
 }

@@ -347,6 +347,9 @@ func (l *loader) decodeRoute(i int, item any) routeInput {
 	}
 	typed := make(map[string]any, len(m))
 	for _, key := range sortedKeys(m) {
+		if l.decodeUpstreamKey(i, &in, key, m[key]) {
+			continue
+		}
 		kd, ok := routeSchema[key]
 		if !ok {
 			l.errs.add(l.routesName, i, in.rawPrefix, key, "%s", routeSchema.unknownKey(key))

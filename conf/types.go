@@ -121,6 +121,20 @@ type Route struct {
 	// Effective holds the values in force for this route once defaults, overrides and the
 	// guardrail are applied.
 	Effective Effective `koanf:"-" json:"effective"`
+
+	// Several upstreams (SPEC 13, conf/targets.go); resolved in Effective.Targets and after.
+	// Targets replaces Target (exactly one of the two); with Targets, Load sets Target to the
+	// first target's URL. Targets, PassiveHealth and HealthCheck are nested, so decoded by
+	// decodeUpstreamKey rather than the flat route schema.
+	Targets []TargetEntry `koanf:"-" json:"-"`
+	// Balance is BalanceP2C (nil: the default), BalanceRoundRobin or BalanceClientIPHash.
+	Balance *string `koanf:"balance" json:"-"`
+	// PassiveHealth is passive_health with its defaults filled in; nil: all defaults.
+	PassiveHealth *PassiveHealth `koanf:"-" json:"-"`
+	// HealthCheck is health_check with its defaults filled in; nil: no active checks.
+	HealthCheck *HealthCheck `koanf:"-" json:"-"`
+	// Retries is how many other targets a request may try, 0..3; nil: DefaultRetries.
+	Retries *int `koanf:"retries" json:"-"`
 }
 
 // Effective is a route's resolved settings: each override, else the server's value, with
@@ -154,4 +168,16 @@ type Effective struct {
 	// names each one, e.g. "max_body_bytes 209715200 > server 4194304".
 	Elevated        bool     `json:"elevated"`
 	ElevatedReasons []string `json:"elevated_reasons,omitempty"`
+
+	// Targets are the route's upstreams with their weights: the targets list, or target as one
+	// entry of weight 1 (SPEC 13).
+	Targets []EffectiveTarget `json:"targets"`
+	// Balance is BalanceP2C, BalanceRoundRobin or BalanceClientIPHash.
+	Balance string `json:"balance"`
+	// PassiveHealth is always set; ConsecutiveFailures 0 means off.
+	PassiveHealth PassiveHealth `json:"passive_health"`
+	// HealthCheck is nil when the route has no active checks.
+	HealthCheck *HealthCheck `json:"health_check"`
+	// Retries is the route's retries, capped at its number of other targets.
+	Retries int `json:"retries"`
 }

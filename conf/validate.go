@@ -351,11 +351,7 @@ func (l *loader) checkRoute(r *Route, in *routeInput, bad func(key, format strin
 			bad("prefix", "%s", msg)
 		}
 	}
-	if !in.present["target"] {
-		bad("target", "is required (http://host:port or https://host:port)")
-	} else if msg := checkTarget(r.Target); msg != "" {
-		bad("target", "%s", msg)
-	}
+	l.checkTargets(r, in, bad)
 	if in.present["host"] {
 		if msg := checkRouteHost(r.Host); msg != "" {
 			bad("host", "%s", msg)

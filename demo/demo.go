@@ -56,6 +56,9 @@ type Upstreams struct {
 	Reports string
 	// Upload is the "127.0.0.1:port" of the upload sink: any path, any body size.
 	Upload string
+	// API2 is the "127.0.0.1:port" of the second API instance: /api is served by API and API2
+	// (SPEC 13), and POST /api/failover stops API2 for 30 s (failover.go).
+	API2 string
 
 	servers []*server
 	// done is closed when Close begins: waiting reports and body copies stop at once.
@@ -89,6 +92,7 @@ func Start() (*Upstreams, error) {
 		{"api", &u.API, u.serveAPI},
 		{"reports", &u.Reports, u.serveReports},
 		{"upload", &u.Upload, u.serveUpload},
+		{instanceAPI2, &u.API2, u.serveAPI},
 	} {
 		addr, err := u.start(s.name, s.handler)
 		if err != nil {
@@ -106,6 +110,7 @@ func (u *Upstreams) start(name string, handler fasthttp.RequestHandler) (string,
 	if err != nil {
 		return "", fmt.Errorf("demo: cannot listen for the %s upstream on 127.0.0.1: %w", name, err)
 	}
+	l = u.wrapListener(name, l)
 	ln := &trackingListener{Listener: l, conns: make(map[*trackedConn]struct{})}
 	srv := &fasthttp.Server{
 		Handler: handler,

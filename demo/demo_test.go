@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -109,7 +110,7 @@ func TestAPI(t *testing.T) {
 	}
 	var got apiReply
 	decode(t, body, &got)
-	want := apiReply{Service: "api", Method: "GET", Path: "/api/users", RequestID: "req-42"}
+	want := apiReply{Service: "api", Method: "GET", Path: "/api/users", RequestID: "req-42", Instance: "api-1"}
 	if got != want {
 		t.Errorf("GET /api/users = %+v, want %+v", got, want)
 	}
@@ -365,6 +366,8 @@ func TestRoutesYAML(t *testing.T) {
 		ResponseHeaderTimeout string `yaml:"response_header_timeout"`
 		InboundChunkedMode    string `yaml:"inbound_chunked_mode"`
 		StreamRequestBody     *bool  `yaml:"stream_request_body"`
+
+		Targets []demoTarget `yaml:"targets"`
 	}
 	var doc struct {
 		Routes []route `yaml:"routes"`
@@ -379,7 +382,7 @@ func TestRoutesYAML(t *testing.T) {
 	want := []route{
 		{Type: "upstream", Prefix: "/legacy/upload", Target: "http://" + u.Upload,
 			MaxBodyBytes: 209715200, MaxConcurrency: 16, ReadTimeout: "10s", StreamRequestBody: &yes},
-		{Type: "upstream", Prefix: "/api", Target: "http://" + u.API},
+		{Type: "upstream", Prefix: "/api", Targets: []demoTarget{{"http://" + u.API}, {"http://" + u.API2}}},
 		{Type: "upstream", Prefix: "/legacy/reports", Target: "http://" + u.Reports,
 			MaxConcurrency: 8, ResponseHeaderTimeout: "60s", WriteTimeout: "30s"},
 		{Type: "upstream", Prefix: "/legacy/stream-upload", Target: "http://" + u.Upload,
@@ -395,7 +398,7 @@ func TestRoutesYAML(t *testing.T) {
 			t.Errorf("routes[%d] (%s): stream_request_body %v, want %v", i, got.Prefix, got.StreamRequestBody, w.StreamRequestBody)
 		}
 		got.StreamRequestBody, w.StreamRequestBody = nil, nil
-		if got != w {
+		if !reflect.DeepEqual(got, w) {
 			t.Errorf("routes[%d] = %+v\nwant        %+v", i, got, w)
 		}
 	}

@@ -46,6 +46,8 @@ type apiReply struct {
 	Path      string `json:"path"`
 	RequestID string `json:"request_id"`
 	BodyBytes int64  `json:"body_bytes"`
+	// Instance is the API instance that answered, api-1 or api-2 (failover.go).
+	Instance string `json:"instance"`
 }
 
 // reportReply is the report service's answer, before any padding.
@@ -80,6 +82,10 @@ func (u *Upstreams) serveAPI(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusNotFound, "the demo API serves /api and paths under it")
 		return
 	}
+	if string(ctx.Path()) == failoverPath {
+		u.serveFailover(ctx)
+		return
+	}
 	n, err := u.drainBody(ctx, io.Discard)
 	if err != nil {
 		writeBodyError(ctx, err)
@@ -91,6 +97,7 @@ func (u *Upstreams) serveAPI(ctx *fasthttp.RequestCtx) {
 		Path:      string(ctx.URI().PathOriginal()),
 		RequestID: string(ctx.Request.Header.Peek("X-Request-Id")),
 		BodyBytes: n,
+		Instance:  u.instanceOf(ctx),
 	})
 }
 

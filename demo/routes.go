@@ -6,7 +6,8 @@ import (
 )
 
 // routesTemplate is the demo route table: the seed's three recipes and its fast /api route, in
-// the seed's order. The %[n]s verbs are the upstream addresses: 1 api, 2 reports, 3 upload.
+// the seed's order. The %[n]s verbs are the upstream addresses: 1 api, 2 reports, 3 upload,
+// 4 the second api instance.
 const routesTemplate = `# Toron demo route table: the seed's recipes, pointed at the built-in demo upstreams.
 # A key a route does not set inherits the server value (4 MiB bodies, 5s timeouts).
 routes:
@@ -19,10 +20,13 @@ routes:
     read_timeout: 10s
     stream_request_body: true
 
-  # The fast API, protected by the server defaults.
+  # The fast API, protected by the server defaults, served by two instances: p2c balancing,
+  # passive health and one retry on the other instance by default (SPEC 13).
   - type: upstream
     prefix: /api
-    target: http://%[1]s
+    targets:
+      - url: http://%[1]s
+      - url: http://%[4]s
 
   # Recipe 2: reports that take up to 60s, 8 at once.
   - type: upstream
@@ -45,20 +49,22 @@ routes:
 
 // RoutesYAML returns a routes.yaml document with the seed's recipes pointed at these upstreams.
 func (u *Upstreams) RoutesYAML() []byte {
-	return fmt.Appendf(nil, routesTemplate, u.API, u.Reports, u.Upload)
+	return fmt.Appendf(nil, routesTemplate, u.API, u.Reports, u.Upload, u.API2)
 }
 
 // bannerTemplate is the startup text. The %[n]s verbs: 1 gateway URL, 2 api, 3 reports,
-// 4 upload.
+// 4 upload, 5 api-2.
 const bannerTemplate = `Toron demo
   gateway  %[1]s   (/health and /metrics are answered by the gateway itself)
   upstreams, built in, on loopback:
-    api      %[2]s   fast JSON API: echoes method, path, X-Request-Id and body size
+    api      %[2]s   fast JSON API: echoes method, path, X-Request-Id and body size ("instance":"api-1")
+    api-2    %[5]s   a second instance of the same API ("instance":"api-2"); POST /api/failover stops it for 30 s
     reports  %[3]s   slow reports: ?delay=15s (default 2s, max 5m), ?size=BYTES streams padding (max 1 GiB)
     upload   %[4]s   upload sink: counts and hashes the body, tells how it was framed
 
 Routes (unset keys inherit the server defaults: 4 MiB bodies, 5s read/write, 10s for upstream headers):
-  /api                   -> api      defaults; a declared body over 4 MiB is a 413 from the headers alone
+  /api                   -> api, api-2  defaults; a declared body over 4 MiB is a 413 from the headers alone;
+                                     two targets: p2c, passive health, 1 retry on the other target
   /legacy/upload         -> upload   recipe 1: 200 MiB bodies, 16 at once, 10s sliding read window, streamed
   /legacy/reports        -> reports  recipe 2: 8 at once, 60s for upstream headers (then 504), 30s write window
   /legacy/stream-upload  -> upload   recipe 3: 500 MiB bodies, chunked passed through chunked, 15s read window,
@@ -69,6 +75,14 @@ Routes (unset keys inherit the server defaults: 4 MiB bodies, 5s read/write, 10s
 Try:
   # a fast API call; the request id is forwarded and echoed back
   curl -s -H 'X-Request-Id: demo-1' %[1]s/api/users
+
+  # /api is served by two instances: count who answered 20 requests (p2c spreads even one client)
+  for i in $(seq 1 20); do curl -s -w ' %%{http_code}\n' %[1]s/api/users | grep -oE 'api-[12]|[0-9]{3}$' | paste -sd' '; done | sort | uniq -c
+
+  # failover: stop api-2 for 30 s, then the same loop: still 20x 200, all from api-1 (a refused
+  # dial is retried on the other target, and api-2 is ejected after 5 failures in a row)
+  curl -s -X POST %[1]s/api/failover; echo
+  for i in $(seq 1 20); do curl -s -w ' %%{http_code}\n' %[1]s/api/users | grep -oE 'api-[12]|[0-9]{3}$' | paste -sd' '; done | sort | uniq -c
 
   # health and metrics
   curl -s %[1]s/health
@@ -98,11 +112,11 @@ Try:
   #   meanwhile, in another terminal, /api stays fast
   curl -s -o /dev/null -w '%%{http_code} in %%{time_total}s\n' %[1]s/api/users
 
-Not built (SPEC 11): TLS, HTTP/2, WebSocket (501), load balancing, path rewriting.
+Not built (SPEC 11): TLS, HTTP/2, WebSocket (501), path rewriting.
 `
 
 // Banner returns the text printed at startup: what runs where and curl commands to try, given the
 // gateway's base URL (e.g. "http://127.0.0.1:8080").
 func (u *Upstreams) Banner(gatewayURL string) string {
-	return fmt.Sprintf(bannerTemplate, strings.TrimRight(gatewayURL, "/"), u.API, u.Reports, u.Upload)
+	return fmt.Sprintf(bannerTemplate, strings.TrimRight(gatewayURL, "/"), u.API, u.Reports, u.Upload, u.API2)
 }

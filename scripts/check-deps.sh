@@ -13,6 +13,15 @@ for leaf in limits timeouts streaming; do
 		fail=1
 	fi
 done
+# upstream (STYLE 1): may import timeouts and streaming, never conf, gateway, the other leaves or zap.
+if [ -d upstream ]; then
+	bad=$(go list -f '{{join .Imports "\n"}}' ./upstream 2>/dev/null |
+		grep -E '^(toron/|go\.uber\.org/zap)' | grep -vE '^toron/(timeouts|streaming)$' || true)
+	if [ -n "$bad" ]; then
+		echo "deps: upstream must not import: $bad"
+		fail=1
+	fi
+fi
 bad=$(go list -f '{{join .Imports "\n"}}' ./conf | grep -E '^toron/' || true)
 if [ -n "$bad" ]; then
 	echo "deps: conf must not import: $bad"

@@ -1,0 +1,75 @@
+package gateway
+
+import (
+	"crypto/tls"
+
+	"github.com/VictoriaMetrics/metrics"
+	"go.uber.org/zap"
+
+	"toron/conf"
+	up "toron/upstream"
+)
+
+// The package is imported as up: the gateway's tests have a type named upstream.
+
+// upstreamConfig turns a validated route into the options of its up.Set (SPEC 13):
+// targets with weights, balance, passive health, active checks and retries. dial is how the
+// route reaches a target (the shared *up.Resolver's Dial: DNS at dial time, cached at
+// most 30 s), used by the checks as by requests; upstreamTLS is the route's upstream TLS
+// settings for https:// targets, nil for http://. onEvent logs the health changes (see
+// logUpstreamEvent). Not wired yet: the request path calls it when it builds a route's Set.
+func upstreamConfig(r *conf.Route, set *metrics.Set, dial up.DialFunc, upstreamTLS *tls.Config, onEvent func(up.Event)) up.Config {
+	e := &r.Effective
+	cfg := up.Config{
+		Route:   r.Name,
+		Retries: e.Retries,
+		Metrics: set,
+		OnEvent: onEvent,
+		Passive: up.PassiveConfig{
+			ConsecutiveFailures: e.PassiveHealth.ConsecutiveFailures,
+			EjectTime:           e.PassiveHealth.EjectTime,
+			MaxEjectTime:        e.PassiveHealth.MaxEjectTime,
+			MaxEjectedPercent:   e.PassiveHealth.MaxEjectedPercent,
+		},
+	}
+	for _, t := range e.Targets {
+		cfg.Targets = append(cfg.Targets, up.TargetConfig{Addr: t.Addr, Weight: t.Weight})
+	}
+	// conf accepted only these three spellings.
+	cfg.Balance, _ = up.ParseBalance(e.Balance)
+	if h := e.HealthCheck; h != nil {
+		cfg.Check = &up.CheckConfig{
+			Path:               h.Path,
+			Interval:           h.Interval,
+			Timeout:            h.Timeout,
+			HealthyThreshold:   h.HealthyThreshold,
+			UnhealthyThreshold: h.UnhealthyThreshold,
+			Dial:               dial,
+			TLS:                upstreamTLS,
+		}
+	}
+	return cfg
+}
+
+// logUpstreamEvent logs a route's health changes: an ejection, a target going down or up,
+// and a panic episode once at its start and once at its end (SPEC 13).
+func logUpstreamEvent(log *zap.Logger) func(up.Event) {
+	return func(ev up.Event) {
+		fields := []zap.Field{zap.String("route", ev.Route), zap.String("event", ev.Kind.String())}
+		if ev.Target != "" {
+			fields = append(fields, zap.String("target", ev.Target))
+		}
+		switch ev.Kind {
+		case up.EventEjected:
+			log.Warn("upstream target ejected", append(fields, zap.Duration("for", ev.For))...)
+		case up.EventDown:
+			log.Warn("upstream target down (active checks)", fields...)
+		case up.EventUp:
+			log.Info("upstream target up (active checks)", fields...)
+		case up.EventPanic:
+			log.Error("no eligible upstream target: panic mode, every target is used", fields...)
+		case up.EventPanicOver:
+			log.Info("an upstream target is eligible again: panic mode over", fields...)
+		}
+	}
+}
