@@ -46,6 +46,7 @@ func TestAccessLogLine(t *testing.T) {
 	want := map[string]any{
 		"request_id": "rid-7", "route": "/api", "method": "POST", "path": "/api/a",
 		"status": int64(200), "bytes_in": int64(5), "bytes_out": int64(5), "reject_reason": "",
+		"target": up.addr,
 	}
 	for k, v := range want {
 		if first[k] != v {

@@ -462,7 +462,8 @@ func TestElevatedRouteDropsStaleUpstreamConns(t *testing.T) {
 }
 
 // TestReloadRetiresWatchedConns: the upstream connection of a watched request that finishes
-// after a reload replaced its route is closed when it comes back, not kept by the old pool.
+// after a reload changed its route's upstream settings is closed when it comes back, not kept
+// by the old pool.
 func TestReloadRetiresWatchedConns(t *testing.T) {
 	release := make(chan struct{})
 	var closed atomic.Int64
@@ -486,7 +487,8 @@ func TestReloadRetiresWatchedConns(t *testing.T) {
 	for bh.InFlight() < 1 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if err := gw.g.Reload(loadConfig(t, "", route)); err != nil {
+	changed := upstreamRoute("/legacy", ln.Addr().String(), "response_header_timeout: 31s")
+	if err := gw.g.Reload(loadConfig(t, "", changed)); err != nil {
 		t.Fatal(err)
 	}
 	release <- struct{}{}
@@ -500,4 +502,46 @@ func TestReloadRetiresWatchedConns(t *testing.T) {
 		t.Errorf("the old route's upstream connection stayed open after its request finished")
 	}
 	waitIdle(t, gw.g)
+}
+
+// TestReloadKeepsWarmConnections: a reload that keeps a route's target with the same settings
+// keeps its pool, so its idle keep-alive connection carries the next request; a reload that
+// changes them starts a new pool.
+func TestReloadKeepsWarmConnections(t *testing.T) {
+	var conns atomic.Int64
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}),
+		ConnState: func(c net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				conns.Add(1)
+			}
+		}}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	route := upstreamRoute("/", ln.Addr().String(), "")
+	gw := startGateway(t, "", route)
+	get := func() {
+		t.Helper()
+		if s, _, _, _ := getStatus(gw.addr, "/x"); s != 200 {
+			t.Fatalf("status %d", s)
+		}
+	}
+	get()
+	if err := gw.g.Reload(loadConfig(t, "", route)); err != nil {
+		t.Fatal(err)
+	}
+	get()
+	if n := conns.Load(); n != 1 {
+		t.Errorf("%d upstream connections after an unchanged reload, want 1 (kept warm)", n)
+	}
+	if err := gw.g.Reload(loadConfig(t, "", upstreamRoute("/", ln.Addr().String(), "connect_timeout: 2s"))); err != nil {
+		t.Fatal(err)
+	}
+	get()
+	if n := conns.Load(); n != 2 {
+		t.Errorf("%d upstream connections after a reload that changed connect_timeout, want 2", n)
+	}
 }

@@ -92,6 +92,8 @@ func upstreamRejection(err error) *rejection {
 	switch {
 	case errors.As(err, new(*tlsHandshakeError)):
 		return rejUpstreamTLS
+	case errors.Is(err, errPoolExhausted):
+		return rejUpstreamDialTimeout
 	case errors.As(err, &dialErr):
 		switch {
 		case isTimeout(dialErr.err):

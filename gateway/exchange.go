@@ -11,6 +11,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
+
+	up "toron/upstream"
 )
 
 // localKind marks a request the gateway answers itself, without a route or a worker.
@@ -70,6 +72,10 @@ type exchange struct {
 	// decide whether the connection goes back to the pool. watch is the client watch of an
 	// elevated request; watchGone says its client left (the connection must not be reused).
 	upConn     *upstreamConn
+	upTarget   *up.Target    // the target that serves the request, between Pick and Done
+	upPool     *upstreamPool // its connection pool, while upSlot
+	upStatus   int           // the status of the upstream's response head
+	upAddr     string        // the target's host:port, for the access log
 	upSlot     bool
 	upReusable bool
 	upDone     bool
@@ -102,6 +108,7 @@ func (x *exchange) begin(g *Gateway, ctx *fasthttp.RequestCtx) {
 	x.bytesIn = 0
 	x.bytesOut = 0
 	x.headerWait = 0
+	x.upAddr = ""
 	x.path = x.path[:0]
 	x.method = x.method[:0]
 	x.reqID = x.reqID[:0]
@@ -153,13 +160,20 @@ func (x *exchange) finish() {
 		// After the response: the connection goes back to the pool only if its answer was read
 		// to the end, with nothing left over, and the request's body was forwarded whole.
 		bodyOK := x.body.err == nil || errors.Is(x.body.err, io.EOF)
-		x.route.pool.put(c, x.upReusable && x.upDone && bodyOK && !x.watchGone)
+		x.upPool.put(c, x.upReusable && x.upDone && bodyOK && !x.watchGone)
 		x.upConn = nil
 	}
 	x.upReusable, x.upDone, x.watchGone = false, false, false
 	if x.upSlot {
 		x.upSlot = false
-		x.route.pool.release()
+		x.upPool.release()
+	}
+	x.upPool = nil
+	if t := x.upTarget; t != nil {
+		// SPEC 13 judges a target by its response head: an upstream that aborts mid-body
+		// after a 200 head is a success, a 502, 503 or 504 head a failure.
+		x.upTarget = nil
+		t.Done(up.OutcomeOf(x.upStatus), x.upStatus)
 	}
 	if x.holdsWorker {
 		x.holdsWorker = false
@@ -214,6 +228,7 @@ func (g *Gateway) logAccess(x *exchange) {
 		zap.Duration("upstream_header_wait", x.headerWait),
 		zap.String("reject_reason", x.reason.String()),
 		zap.String("remote", remote),
+		zap.String("target", x.upAddr),
 	)
 }
 

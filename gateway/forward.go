@@ -1,17 +1,97 @@
 package gateway
 
 import (
+	"errors"
 	"io"
+	"net"
 	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	up "toron/upstream"
 )
 
-// forward is Toron's own upstream exchange (SPEC 3 step 9): it lends a connection of the
-// route's pool, writes the request head and body on it and reads the response headers into
-// resp. The response body stays on the connection (resp.BodyStream) until the exchange
-// finishes, which gives the connection back (exchange.finish).
+// forward sends the request to one of the route's targets (SPEC 3 step 9, SPEC 13): the
+// balancer picks an eligible target, its pool grants a connection slot, and exchangeOn writes
+// the request and reads the response head. An attempt that sent nothing to the target (a
+// refused or timed-out dial, a failed TLS handshake, a pool whose slots stayed taken) is
+// tried again on another eligible target, up to the route's retries; once a byte of the
+// request reached an upstream socket it is never sent again. Every picked target is given its
+// outcome (Done): here for a failed attempt, by exchange.finish for the one that answered.
+func (g *Gateway) forward(x *exchange, req *fasthttp.Request, resp *fasthttp.Response) (time.Time, error) {
+	r := x.route
+	var tried [up.MaxRetries + 1]*up.Target
+	n := 0
+	var err error
+	for {
+		t := r.set.Pick(x.clientIP(), tried[:n]...)
+		if t == nil {
+			return time.Time{}, err // every eligible target was tried
+		}
+		tried[n] = t
+		n++
+		p := poolOf(t)
+		x.upAddr = t.Addr()
+		if !p.acquire(r.eff.ConnectTimeout) {
+			// Toron's own limit, not the target's failure.
+			t.Done(up.Neutral, fasthttp.StatusBadGateway)
+			err = errPoolExhausted
+		} else {
+			x.upTarget, x.upPool, x.upSlot = t, p, true
+			var sentAt time.Time
+			sentAt, err = g.exchangeOn(x, p, req, resp)
+			if err == nil {
+				x.upStatus = resp.StatusCode()
+				return sentAt, nil
+			}
+			x.upTarget, x.upPool, x.upSlot = nil, nil, false
+			p.release()
+			outcome, code := x.attemptOutcome(err)
+			t.Done(outcome, code)
+			if !sentNothing(err) || outcome == up.Neutral {
+				return time.Time{}, err
+			}
+		}
+		if n > r.set.Retries() {
+			return time.Time{}, err
+		}
+		r.set.CountRetry()
+	}
+}
+
+// sentNothing reports a failed attempt that wrote no byte of the request to the target: the
+// only kind another target may be tried after (SPEC 3 step 9).
+func sentNothing(err error) bool {
+	return errors.As(err, new(*dialError)) || errors.As(err, new(*tlsHandshakeError)) ||
+		errors.Is(err, errPoolExhausted)
+}
+
+// attemptOutcome classifies a failed attempt for passive health (SPEC 13): the target failed
+// (a refused or timed-out dial, a failed handshake, a reset or close before the response
+// headers, the header timeout), or nobody did (the client left, its body failed).
+func (x *exchange) attemptOutcome(err error) (up.Outcome, int) {
+	switch {
+	case x.body.err != nil && !errors.Is(x.body.err, io.EOF),
+		errors.Is(err, errClientLeft),
+		x.watch != nil && x.watch.gone.Load():
+		return up.Neutral, statusClientClosed
+	}
+	return up.Failure, upstreamRejection(err).status
+}
+
+// clientIP is the client address that client_ip_hash hashes (SPEC 16: the TCP peer).
+func (x *exchange) clientIP() []byte {
+	if a, ok := x.conn.RemoteAddr().(*net.TCPAddr); ok {
+		return a.IP
+	}
+	return nil
+}
+
+// exchangeOn lends a connection of the target's pool, writes the request head and body on it
+// and reads the response headers into resp. The response body stays on the connection
+// (resp.BodyStream) until the exchange finishes, which gives the connection back
+// (exchange.finish).
 //
 // Why not fasthttp's HostClient: it reads each response through a reader it takes from a pool
 // and resets afterwards, so bytes an upstream sent past its response are dropped unseen or left
@@ -19,12 +99,10 @@ import (
 // Here every connection keeps its reader, and a connection with anything beyond its response is
 // never reused (upstreamConn).
 //
-// Retries (SPEC 3 step 9): a reused keep-alive connection that fails before any byte of the
-// request reached its socket is replaced once by a new connection; nothing else is retried, and
-// a request is never sent twice once a byte of it was written. It returns when the request was
-// written (sentAt), for the header wait.
-func (g *Gateway) forward(x *exchange, req *fasthttp.Request, resp *fasthttp.Response) (sentAt time.Time, err error) {
-	p := x.route.pool
+// A reused keep-alive connection that fails before any byte of the request reached its socket
+// is replaced once by a new connection to the same target (SPEC 13: not counted against
+// retries). It returns when the request was written (sentAt), for the header wait.
+func (g *Gateway) exchangeOn(x *exchange, p *upstreamPool, req *fasthttp.Request, resp *fasthttp.Response) (sentAt time.Time, err error) {
 	for retried := false; ; retried = true {
 		c, reused, err := p.conn()
 		if err != nil {

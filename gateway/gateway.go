@@ -10,6 +10,7 @@ import (
 	"net"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
@@ -17,6 +18,7 @@ import (
 
 	"toron/conf"
 	"toron/limits"
+	up "toron/upstream"
 )
 
 // Gateway is one running Toron: a fasthttp server, the route table in force and the admission
@@ -38,6 +40,11 @@ type Gateway struct {
 	none     *routeStats
 	reloads  *metrics.Counter
 	reloadKO *metrics.Counter
+
+	// resolver dials every upstream, resolving DNS names at dial time (SPEC 13);
+	// onUpstreamEvent logs the targets' health changes.
+	resolver        up.Resolver
+	onUpstreamEvent func(up.Event)
 
 	draining atomic.Bool
 	reqSeq   atomic.Uint64
@@ -61,16 +68,32 @@ type route struct {
 	name   string
 	eff    conf.Effective
 	stats  *routeStats
-	// pool holds the route's upstream connections (pool.go).
-	pool *upstreamPool
+	// set is the route's targets and balancer (SPEC 13); each target carries its connection
+	// pool (pool.go) as its attached value.
+	set *up.Set
+	// host is the Host of a request that came without one (HTTP/1.0): the first target's
+	// host:port, as nginx's proxy_pass names its upstream.
+	host string
 }
 
-// closeIdle closes the route's idle upstream connections.
-func (r *route) closeIdle() { r.pool.closeIdle() }
+// poolOf returns the connection pool of one of the route's targets.
+func poolOf(t *up.Target) *upstreamPool {
+	p, _ := t.Attached().(*upstreamPool)
+	if p == nil {
+		panic("BUG: gateway: upstream target without a connection pool")
+	}
+	return p
+}
 
-// retire closes the upstream connections of a route a reload replaced: the idle ones now, those
-// of its requests still in flight when they finish.
-func (r *route) retire() { r.pool.retire() }
+// closeIdle closes the idle upstream connections of every target of the route.
+func (r *route) closeIdle() {
+	for _, t := range r.set.Targets() {
+		// A closed Set (shutdown, or a route that left the table) has closed its pools.
+		if p, ok := t.Attached().(*upstreamPool); ok {
+			p.closeIdle()
+		}
+	}
+}
 
 // New builds a gateway for cfg. It does not listen yet: call Serve or ListenAndServe.
 func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
@@ -86,6 +109,8 @@ func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
 		stats:    newStatsRegistry(set),
 		idPrefix: newIDPrefix(),
 	}
+	g.resolver.Dialer.KeepAlive = 30 * time.Second
+	g.onUpstreamEvent = logUpstreamEvent(log)
 	g.access.Store(cfg.Log.Access)
 	g.none = g.stats.get(noRoute)
 	g.reloads = set.NewCounter(metricReloads)
@@ -100,7 +125,7 @@ func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
 		return 0
 	})
 
-	snap, err := g.buildSnapshot(cfg)
+	snap, err := g.buildSnapshot(cfg, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -136,22 +161,47 @@ func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
 	return g, nil
 }
 
-// buildSnapshot turns a validated configuration into a route table with upstream clients.
-func (g *Gateway) buildSnapshot(cfg *conf.Config) (*snapshot, error) {
+// buildSnapshot turns a validated configuration into a route table with upstream pools. prev,
+// when not nil, is the snapshot in force: a route that keeps its name keeps its targets' state
+// (health, in-flight counts) and, when their settings did not change, their connection pools.
+func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, error) {
 	snap := &snapshot{
 		cfg:         cfg,
 		healthPath:  []byte(cfg.Server.HealthPath),
 		metricsPath: []byte(cfg.Server.MetricsPath),
 	}
+	old := map[string]*route{}
+	if prev != nil {
+		for _, r := range prev.routes {
+			old[r.name] = r
+		}
+	}
 	entries := make([]tableEntry, len(cfg.Routes))
 	for i := range cfg.Routes {
 		rc := &cfg.Routes[i]
-		pool, err := newUpstreamPool(rc, &cfg.Server)
+		var prevSet *up.Set
+		if o := old[rc.Name]; o != nil {
+			prevSet = o.set
+		}
+		set, err := up.NewSet(upstreamConfig(rc, g.set, g.resolver.Dial, nil, g.onUpstreamEvent), prevSet)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("gateway: route %q: %w", rc.Name, err)
+		}
+		for _, t := range set.Targets() {
+			pp := poolParamsOf(rc, &cfg.Server, t.Addr())
+			cur, _ := t.Attached().(*upstreamPool)
+			if cur != nil && cur.params == pp {
+				continue
+			}
+			// A new target, or settings that changed: a new pool; the old one's connections
+			// close as their requests end.
+			t.Attach(newUpstreamPool(pp, g.resolver.Dial))
+			if cur != nil {
+				cur.retire()
+			}
 		}
 		st := g.stats.get(rc.Name)
-		rt := &route{name: rc.Name, eff: rc.Effective, stats: st, pool: pool, conf: rc, server: &cfg.Server}
+		rt := &route{name: rc.Name, eff: rc.Effective, stats: st, set: set, conf: rc, server: &cfg.Server, host: set.Targets()[0].Addr()}
 		snap.routes = append(snap.routes, rt)
 		entries[i] = tableEntry{Host: rc.Host, Prefix: rc.Prefix, Methods: rc.Methods}
 	}
@@ -179,18 +229,26 @@ func (g *Gateway) Reload(cfg *conf.Config) error {
 		g.reloadKO.Inc()
 		return err
 	}
-	snap, err := g.buildSnapshot(cfg)
+	old := g.snap.Load()
+	snap, err := g.buildSnapshot(cfg, old)
 	if err != nil {
 		g.reloadKO.Inc()
 		return err
 	}
-	old := g.snap.Load()
 	g.access.Store(cfg.Log.Access)
 	g.applySnapshot(snap)
 	g.reloads.Inc()
-	// Requests admitted under the old table finish with its clients (route.retire).
+	// A route that left the table ends its targets: checkers stop, pools retire (requests
+	// admitted under the old table finish on their connections, which then close). The Sets of
+	// routes that stayed were taken over by the new ones.
+	kept := map[string]bool{}
+	for _, r := range snap.routes {
+		kept[r.name] = true
+	}
 	for _, r := range old.routes {
-		r.retire()
+		if !kept[r.name] {
+			r.set.Close()
+		}
 	}
 	return nil
 }
@@ -238,6 +296,11 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 	if err != nil && l != nil {
 		l.closeAll()
+	}
+	// The targets' health checkers stop and their pools close their idle connections; a
+	// connection still lent closes when its request ends.
+	for _, r := range g.snap.Load().routes {
+		r.set.Close()
 	}
 	return err
 }

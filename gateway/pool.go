@@ -3,17 +3,20 @@ package gateway
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
+	"errors"
+	"io"
 	"net"
-	"net/url"
+	"strings"
 	"sync"
 	"time"
 
 	"toron/conf"
 	"toron/limits"
+	up "toron/upstream"
 )
 
-// upstreamPool holds a route's upstream connections: at most max_upstream_conns lent at once
+// upstreamPool holds one target's upstream connections (SPEC 13: each target of a route has
+// its own pool, attached to it by package upstream): at most max_upstream_conns lent at once
 // (slots), the idle ones in a stack, so that the most recently used connection is lent first
 // and the others run out their idle time (their read loop closes them at upstream_idle_timeout).
 //
@@ -23,53 +26,69 @@ import (
 // (SPEC 3 step 9), so this check is what keeps a POST after an upstream's keep-alive timeout
 // from failing with a 502.
 type upstreamPool struct {
-	route  *conf.Route
-	server *conf.Server
+	params poolParams
 	slots  *limits.WorkerPool
-	// addr is the target's host:port, dialed and the Host of a request that came without one.
-	addr string
 	// tls is the client configuration of an https target; nil for http.
-	tls    *tls.Config
-	dialer net.Dialer
-	to     upstreamTimeouts
+	tls  *tls.Config
+	dial up.DialFunc
+	to   upstreamTimeouts
 
 	mu      sync.Mutex
 	idle    []*upstreamConn
 	retired bool
 }
 
-// newUpstreamPool builds a route's pool. A target that cannot be used fails here, when the
-// configuration is loaded, not on the first request.
-func newUpstreamPool(r *conf.Route, s *conf.Server) (*upstreamPool, error) {
-	u, err := url.Parse(r.Target)
-	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("gateway: route %q: target %q: not a URL with a host", r.Name, r.Target)
-	}
-	addr := u.Host
-	if u.Port() == "" {
-		port := "80"
-		if u.Scheme == "https" {
-			port = "443"
-		}
-		addr = net.JoinHostPort(u.Hostname(), port)
-	}
-	p := &upstreamPool{
-		route:  r,
-		server: s,
-		slots:  limits.NewWorkerPool(r.Effective.MaxUpstreamConns),
-		addr:   addr,
-		dialer: net.Dialer{Timeout: r.Effective.ConnectTimeout, KeepAlive: 30 * time.Second},
-		to: upstreamTimeouts{
-			header: r.Effective.ResponseHeaderTimeout,
-			write:  r.Effective.WriteTimeout,
-			idle:   s.UpstreamIdleTimeout,
-		},
-	}
-	if u.Scheme == "https" {
-		p.tls = &tls.Config{ServerName: u.Hostname(), NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12}
-	}
-	return p, nil
+// poolParams are the settings a pool is built from. A reload that keeps a target with the same
+// params keeps its pool and its warm connections; any change builds a new pool and retires the
+// old one (its connections close as their requests end).
+type poolParams struct {
+	addr       string // host:port, dialed
+	https      bool
+	serverName string
+	maxConns   int
+	connect    time.Duration
+	header     time.Duration
+	write      time.Duration
+	idle       time.Duration
 }
+
+// poolParamsOf returns the params of the pool of target addr of route r.
+func poolParamsOf(r *conf.Route, s *conf.Server, addr string) poolParams {
+	host, _, _ := net.SplitHostPort(addr)
+	return poolParams{
+		addr:       addr,
+		https:      strings.HasPrefix(r.Target, "https://"),
+		serverName: host,
+		maxConns:   r.Effective.MaxUpstreamConns,
+		connect:    r.Effective.ConnectTimeout,
+		header:     r.Effective.ResponseHeaderTimeout,
+		write:      r.Effective.WriteTimeout,
+		idle:       s.UpstreamIdleTimeout,
+	}
+}
+
+// newUpstreamPool builds the pool of one target; dial connects (DNS at dial time).
+func newUpstreamPool(pp poolParams, dial up.DialFunc) *upstreamPool {
+	p := &upstreamPool{
+		params: pp,
+		slots:  limits.NewWorkerPool(pp.maxConns),
+		dial:   dial,
+		to:     upstreamTimeouts{header: pp.header, write: pp.write, idle: pp.idle},
+	}
+	if pp.https {
+		p.tls = &tls.Config{ServerName: pp.serverName, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12}
+	}
+	return p
+}
+
+// Close retires the pool: package upstream closes the pool of a target that left its route.
+func (p *upstreamPool) Close() error {
+	p.retire()
+	return nil
+}
+
+// errPoolExhausted: every connection slot of the target stayed in use for connect_timeout.
+var errPoolExhausted = errors.New("gateway: upstream connection pool exhausted")
 
 // acquire waits at most wait for a connection slot; false means none freed up in time. The
 // slot is given back by release.
@@ -96,16 +115,16 @@ func (p *upstreamPool) conn() (*upstreamConn, bool, error) {
 			return c, true, nil
 		}
 	}
-	c, err := p.dial()
+	c, err := p.dialConn()
 	return c, false, err
 }
 
 // dial opens a new connection, the TLS handshake of an https target included, within
 // connect_timeout.
-func (p *upstreamPool) dial() (*upstreamConn, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), p.dialer.Timeout)
+func (p *upstreamPool) dialConn() (*upstreamConn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.params.connect)
 	defer cancel()
-	raw, err := p.dialer.DialContext(ctx, "tcp", p.addr)
+	raw, err := p.dial(ctx, p.params.addr)
 	if err != nil {
 		return nil, &dialError{err: err}
 	}
@@ -185,3 +204,5 @@ func (e *tlsHandshakeError) Error() string {
 	return "gateway: upstream TLS handshake: " + e.err.Error()
 }
 func (e *tlsHandshakeError) Unwrap() error { return e.err }
+
+var _ io.Closer = (*upstreamPool)(nil)

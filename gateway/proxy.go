@@ -34,20 +34,6 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 		return
 	}
 
-	// A connection slot of the route: max_upstream_conns bounds them, a request waits at most
-	// connect_timeout for one.
-	if !r.pool.acquire(r.eff.ConnectTimeout) {
-		fasthttp.ReleaseRequest(req)
-		x.body.release()
-		cc.bodyPhase = false
-		g.writeRejection(ctx, x, rejUpstreamDialTimeout)
-		if x.bodyAnnounced {
-			ctx.SetConnectionClose()
-		}
-		x.finish()
-		return
-	}
-	x.upSlot = true
 	if r.eff.Elevated {
 		x.watch = watchClient(cc)
 	}
@@ -221,7 +207,7 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 	if len(host) == 0 {
 		// Only HTTP/1.0 may come without a Host (validateHeaders); the upstream request needs
 		// one, so it names the target, as nginx's proxy_pass does by default.
-		out.SetHost(x.route.pool.addr)
+		out.SetHost(x.route.host)
 	} else {
 		out.SetHostBytes(host)
 	}

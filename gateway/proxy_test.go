@@ -263,7 +263,7 @@ func TestStaleKeepAliveRetried(t *testing.T) {
 	gw := startGateway(t, "", upstreamRoute("/", addr, ""))
 	for i := 0; i < 3; i++ {
 		if i > 0 {
-			p := gw.g.snap.Load().routes[0].pool
+			p := poolOf(gw.g.snap.Load().routes[0].set.Targets()[0])
 			p.mu.Lock()
 			if len(p.idle) != 1 {
 				p.mu.Unlock()
