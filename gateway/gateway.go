@@ -52,6 +52,7 @@ type snapshot struct {
 	routes      []*route
 	healthPath  []byte
 	metricsPath []byte
+	trusted     trustedSet // server.trusted_proxies (clientip.go)
 }
 
 // route is a configured route with its runtime parts.
@@ -63,6 +64,8 @@ type route struct {
 	stats  *routeStats
 	// pool holds the route's upstream connections (pool.go).
 	pool *upstreamPool
+	// rl is the route's rate_limit, nil without one (ratelimit.go).
+	rl *routeRateLimit
 }
 
 // closeIdle closes the route's idle upstream connections.
@@ -143,6 +146,10 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config) (*snapshot, error) {
 		healthPath:  []byte(cfg.Server.HealthPath),
 		metricsPath: []byte(cfg.Server.MetricsPath),
 	}
+	var err error
+	if snap.trusted, err = newTrustedSet(cfg); err != nil {
+		return nil, err
+	}
 	entries := make([]tableEntry, len(cfg.Routes))
 	for i := range cfg.Routes {
 		rc := &cfg.Routes[i]
@@ -152,6 +159,7 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config) (*snapshot, error) {
 		}
 		st := g.stats.get(rc.Name)
 		rt := &route{name: rc.Name, eff: rc.Effective, stats: st, pool: pool, conf: rc, server: &cfg.Server}
+		rt.rl = g.rateLimitOf(rc, st)
 		snap.routes = append(snap.routes, rt)
 		entries[i] = tableEntry{Host: rc.Host, Prefix: rc.Prefix, Methods: rc.Methods}
 	}
@@ -163,6 +171,7 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config) (*snapshot, error) {
 func (g *Gateway) applySnapshot(snap *snapshot) {
 	for _, r := range snap.routes {
 		r.stats.bulkhead.SetMax(r.eff.MaxConcurrency)
+		r.rl.apply()
 	}
 	g.budget.SetMax(snap.cfg.ElevatedBudget())
 	g.snap.Store(snap)
