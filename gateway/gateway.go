@@ -222,6 +222,7 @@ func (g *Gateway) Listen() (net.Listener, error) {
 // Serve serves client connections from ln until Shutdown.
 func (g *Gateway) Serve(ln net.Listener) error {
 	g.applySnapshot(g.snap.Load())
+	ln = g.proxyProtocol(ln) // below TLS: the PROXY header comes first (proxyproto.go)
 	l := newListener(ln, g)
 	g.ln.Store(l)
 	return g.srv.Serve(l)
