@@ -116,10 +116,10 @@ func (l *loader) checkClientIdentity(cfg *Config) {
 	if p.Allow == nil {
 		p.Allow = []string{}
 	}
-	l.checkPrefixList("server.proxy_protocol", p.Allow)
+	l.checkPrefixList("server.proxy_protocol.allow", p.Allow)
 	switch {
 	case p.Timeout < 0:
-		l.configErr("server.proxy_protocol", "timeout: must not be negative, not %s", p.Timeout)
+		l.configErr("server.proxy_protocol.timeout", "must not be negative, not %s", p.Timeout)
 	case p.Timeout == 0:
 		p.Timeout = s.ReadTimeout
 	}
@@ -127,13 +127,9 @@ func (l *loader) checkClientIdentity(cfg *Config) {
 
 // checkPrefixList reports every entry of list that is not an IP address or a CIDR.
 func (l *loader) checkPrefixList(key string, list []string) {
-	sub := ""
-	if key == "server.proxy_protocol" {
-		sub = "allow: "
-	}
 	for i, s := range list {
 		if _, err := ParsePrefix(strings.TrimSpace(s)); err != nil || strings.TrimSpace(s) != s {
-			l.configErr(key, "%sitem %d (%q) must be an IP address (10.0.0.5, 2001:db8::1) or a CIDR (10.0.0.0/8, 2001:db8::/32)", sub, i, s)
+			l.configErr(key, "item %d (%q) must be an IP address (10.0.0.5, 2001:db8::1) or a CIDR (10.0.0.0/8, 2001:db8::/32)", i, s)
 		}
 	}
 }

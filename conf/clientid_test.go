@@ -68,10 +68,10 @@ func TestClientIdentityErrors(t *testing.T) {
 		{"server: {trusted_proxies: [10.0.0.0/33]}", okRoute, `config.yaml: server.trusted_proxies: item 0 ("10.0.0.0/33") must be an IP address`},
 		{"server: {trusted_proxies: [example.com]}", okRoute, `server.trusted_proxies: item 0 ("example.com")`},
 		{"server: {trusted_proxies: 10.0.0.1}", okRoute, `config.yaml: server.trusted_proxies: must be a list of strings`},
-		{"server: {proxy_protocol: {enabled: true, allow: [nope]}}", okRoute, `config.yaml: server.proxy_protocol: allow: item 0 ("nope")`},
+		{"server: {proxy_protocol: {enabled: true, allow: [nope]}}", okRoute, `config.yaml: server.proxy_protocol.allow: item 0 ("nope")`},
 		{"server: {proxy_protocol: {enabled: yes please}}", okRoute, `config.yaml: server.proxy_protocol: enabled: must be true or false`},
 		{"server: {proxy_protocol: {enable: true}}", okRoute, `config.yaml: server.proxy_protocol: enable: unknown key (did you mean enabled?)`},
-		{"server: {proxy_protocol: {timeout: -1s}}", okRoute, `config.yaml: server.proxy_protocol: timeout: must not be negative`},
+		{"server: {proxy_protocol: {timeout: -1s}}", okRoute, `config.yaml: server.proxy_protocol.timeout: must not be negative`},
 		{"server: {proxy_protocol: true}", okRoute, `config.yaml: server.proxy_protocol: must be a mapping with the keys allow, enabled, timeout`},
 		{"", rt("{burst: 5}"), `routes.yaml: routes[0] (/api): rate_limit: requests_per_second: is required`},
 		{"", rt("{requests_per_second: -1}"), `routes.yaml: routes[0] (/api): rate_limit: requests_per_second: must be greater than 0`},
@@ -105,5 +105,32 @@ func TestProxyProtocolReload(t *testing.T) {
 	same := mustLoad(t, "server: {read_timeout: 9s, trusted_proxies: [10.0.0.1], proxy_protocol: {enabled: true, allow: [10.0.0.0/8]}}", okRoute)
 	if err := same.ReloadCompatible(on); err != nil {
 		t.Errorf("compatible reload refused: %v", err)
+	}
+}
+
+func TestClientIdentityFromEnvironment(t *testing.T) {
+	t.Parallel()
+	cfg := mustLoad(t, "server: {proxy_protocol: {allow: [10.0.0.0/8]}}", okRoute,
+		"TORON_SERVER__TRUSTED_PROXIES=10.0.0.0/8, 192.0.2.7,",
+		"TORON_SERVER__PROXY_PROTOCOL__ENABLED=true",
+		"TORON_SERVER__PROXY_PROTOCOL__TIMEOUT=2s")
+	s := cfg.Server
+	if len(s.TrustedProxies) != 2 || s.TrustedProxies[1] != "192.0.2.7" {
+		t.Errorf("trusted_proxies = %q", s.TrustedProxies)
+	}
+	// The file's allow and the environment's keys merge.
+	if p := s.ProxyProtocol; !p.Enabled || p.Timeout != 2*time.Second || len(p.Allow) != 1 {
+		t.Errorf("proxy_protocol = %+v", p)
+	}
+	for env, want := range map[string]string{
+		"TORON_SERVER__PROXY_PROTOCOL__ENABLE=true":    "environment: TORON_SERVER__PROXY_PROTOCOL__ENABLE: server.proxy_protocol.enable is not a configuration key (did you mean TORON_SERVER__PROXY_PROTOCOL__ENABLED?)",
+		"TORON_SERVER__PROXY_PROTOCOL__TIMEOUT=-1s":    "environment: TORON_SERVER__PROXY_PROTOCOL__TIMEOUT: must not be negative",
+		"TORON_SERVER__PROXY_PROTOCOL=on":              "environment: TORON_SERVER__PROXY_PROTOCOL: cannot be set from the environment",
+		"TORON_SERVER__TRUSTED_PROXIES=10.0.0.0/8,bad": `environment: TORON_SERVER__TRUSTED_PROXIES: item 1 ("bad")`,
+	} {
+		_, err := loadStrings("", okRoute, env)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s:\n got %v\nwant %s", env, err, want)
+		}
 	}
 }

@@ -282,8 +282,10 @@ func fromEnv(s string, k kind) (any, error) {
 		return b, nil
 	case kindDuration:
 		return parseDuration(s)
+	case kindStrings:
+		return envList(s), nil
 	}
-	// No environment key is a list: routes are only configured in routes.yaml.
+	// A mapping is set key by key (TORON_SERVER__PROXY_PROTOCOL__ENABLED).
 	return nil, fmt.Errorf("cannot be set from the environment")
 }
 

@@ -50,3 +50,30 @@ func fromYAMLMapping(v any, sub schema) (any, error) {
 	}
 	return out, nil
 }
+
+// nestedEnvKey resolves an environment key into a mapping key: proxy_protocol__enabled (from
+// TORON_SERVER__PROXY_PROTOCOL__ENABLED) is the key enabled of the section server.proxy_protocol
+// (SPEC 1: "__" between levels). Any other key is returned as it is.
+func nestedEnvKey(section string, sch schema, key string) (string, schema, string) {
+	top, rest, ok := strings.Cut(key, "__")
+	if !ok {
+		return section, sch, key
+	}
+	sub, ok := mappingSchemas[sch[top]]
+	if !ok {
+		return section, sch, key
+	}
+	return section + "." + top, sub, rest
+}
+
+// envList splits an environment value into a list: comma-separated, spaces trimmed, empty
+// items dropped (TORON_SERVER__TRUSTED_PROXIES="10.0.0.0/8, 192.0.2.7").
+func envList(s string) []string {
+	out := []string{}
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
