@@ -102,3 +102,15 @@ func BenchmarkRateLimitReject(b *testing.B) {
 	gw.g.snap.Load().routes[0].rl.lim.Allow(limits.IPKey(netip.MustParseAddr("127.0.0.1")), time.Now())
 	benchmarkSmallGET(b, gw.addr, 429)
 }
+
+// BenchmarkClientFromXFF is the X-Forwarded-For walk of a request from a trusted proxy: two
+// lines, three entries, two trusted ranges.
+func BenchmarkClientFromXFF(b *testing.B) {
+	ts := trustedSet{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8:ffff::/48")}
+	peer := netip.MustParseAddr("10.0.0.1")
+	lines := [][]byte{[]byte("198.51.100.4, 2001:db8:1::5"), []byte("10.0.0.9")}
+	b.ReportAllocs()
+	for b.Loop() {
+		clientFromXFF(lines, ts, peer)
+	}
+}
