@@ -170,3 +170,28 @@ func waitForValue(t *testing.T, get func() string, want string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestProxyProtocolReload: the header timeout follows a reload; turning the protocol off is
+// refused and the old configuration keeps serving.
+func TestProxyProtocolReload(t *testing.T) {
+	up := startUpstream(t, nil)
+	gw := startGateway(t, "proxy_protocol: {enabled: true, timeout: 5s}\n", upstreamRoute("/api", up.addr, ""))
+	if err := gw.g.Reload(loadConfig(t, "", upstreamRoute("/api", up.addr, ""))); err == nil {
+		t.Error("a reload turning proxy_protocol off was accepted")
+	}
+	if err := gw.g.Reload(loadConfig(t, "proxy_protocol: {enabled: true, timeout: 300ms}\n", upstreamRoute("/api", up.addr, ""))); err != nil {
+		t.Fatal(err)
+	}
+	c := dialRaw(t, gw.addr)
+	start := time.Now()
+	if !readsNothing(t, c) {
+		t.Error("a silent connection got an answer")
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Errorf("cut after %v: the reloaded 300ms timeout was not applied", d)
+	}
+	rr := proxiedRequest(t, gw.addr, proxyV2(netip.MustParseAddrPort("198.51.100.9:1")), "GET /api/x HTTP/1.1\r\nHost: a\r\n\r\n")
+	if rr.StatusCode != 200 || echoed(rr, "X-Real-Ip") != "198.51.100.9" {
+		t.Errorf("after the reload: %d X-Real-IP %q", rr.StatusCode, echoed(rr, "X-Real-Ip"))
+	}
+}
