@@ -3,6 +3,7 @@ package gateway
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -112,5 +113,87 @@ func BenchmarkClientFromXFF(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		clientFromXFF(lines, ts, peer)
+	}
+}
+
+// BenchmarkClientIdentityPaired sends the small GET alternately to a plain gateway and to one
+// with the feature on, request by request, so that both see the same machine load at the same
+// moment (the shared machine's load drifts more between rounds than the features cost), and
+// reports the ratio of their median latencies (ratio-median; 1.00 is no cost) and of their
+// summed latencies (ratio-sum).
+func BenchmarkClientIdentityPaired(b *testing.B) {
+	const unlimited = "rate_limit: {requests_per_second: 1000000000}"
+	for _, v := range []struct {
+		name, server, route, xff string
+		header                   []byte
+	}{
+		{name: "ratelimit", route: unlimited},
+		{name: "trustedxff", server: "trusted_proxies: [127.0.0.1, 10.0.0.0/8]\n", route: unlimited, xff: "203.0.113.7, 10.0.0.2"},
+		{name: "proxyprotocol", server: "proxy_protocol: {enabled: true}\n", header: []byte("PROXY TCP4 203.0.113.7 10.0.0.1 56324 8080\r\n")},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			up := startFastUpstream(b)
+			plain := startGatewayB(b, "", upstreamRoute("/api", up, ""), false)
+			feat := startGatewayB(b, v.server, upstreamRoute("/api", up, v.route), false)
+			// Both get the same request bytes; only the gateway differs.
+			send := []func() time.Duration{pairedClient(b, plain.addr, v.xff, nil), pairedClient(b, feat.addr, v.xff, v.header)}
+			lat := [2][]time.Duration{make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				// Alternate which goes first, so that neither always follows the other.
+				first := i & 1
+				lat[first] = append(lat[first], send[first]())
+				lat[1-first] = append(lat[1-first], send[1-first]())
+			}
+			b.StopTimer()
+			var sum [2]time.Duration
+			for j := range lat {
+				for _, d := range lat[j] {
+					sum[j] += d
+				}
+				slices.Sort(lat[j])
+			}
+			b.ReportMetric(float64(lat[1][len(lat[1])/2])/float64(lat[0][len(lat[0])/2]), "ratio-median")
+			b.ReportMetric(float64(sum[1])/float64(sum[0]), "ratio-sum")
+		})
+	}
+}
+
+// pairedClient returns a function sending one small GET on a keep-alive connection to addr and
+// returning its latency.
+func pairedClient(b *testing.B, addr, xff string, header []byte) func() time.Duration {
+	hc := &fasthttp.HostClient{Addr: addr, MaxConns: 1}
+	if header != nil {
+		hc.Dial = func(addr string) (net.Conn, error) {
+			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := c.Write(header); err != nil {
+				c.Close()
+				return nil, err
+			}
+			return c, nil
+		}
+	}
+	b.Cleanup(hc.CloseIdleConnections)
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	b.Cleanup(func() { fasthttp.ReleaseRequest(req); fasthttp.ReleaseResponse(resp) })
+	req.SetRequestURI("http://" + addr + "/api/users")
+	if xff != "" {
+		req.Header.Set("X-Forwarded-For", xff)
+	}
+	return func() time.Duration {
+		start := time.Now()
+		if err := hc.Do(req, resp); err != nil {
+			b.Fatal(err)
+		}
+		d := time.Since(start)
+		if resp.StatusCode() != 200 {
+			b.Fatalf("status %d", resp.StatusCode())
+		}
+		return d
 	}
 }
