@@ -195,3 +195,28 @@ func TestProxyProtocolReload(t *testing.T) {
 		t.Errorf("after the reload: %d X-Real-IP %q", rr.StatusCode, echoed(rr, "X-Real-Ip"))
 	}
 }
+
+// TestProxyProtocolConcurrencyRefusal: beyond max_connections fasthttp answers a new connection
+// with its 503 on the accept goroutine, before reading it; with the PROXY protocol on that write
+// must not wait for the new connection's header, or one refused client would stall every accept.
+func TestProxyProtocolConcurrencyRefusal(t *testing.T) {
+	up := startUpstream(t, nil)
+	gw := startGateway(t, "max_connections: 1\nproxy_protocol: {enabled: true, timeout: 5s}\n", upstreamRoute("/api", up.addr, ""))
+	held := dialRaw(t, gw.addr)
+	held.Write(proxyV2(netip.MustParseAddrPort("198.51.100.9:1")))
+	if rr := getOn(t, held, "/api/x", ""); rr.StatusCode != 200 {
+		t.Fatalf("first connection: %d", rr.StatusCode)
+	}
+	start := time.Now()
+	for i := range 2 {
+		c := dialRaw(t, gw.addr)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		b, _ := io.ReadAll(c)
+		if !bytes.HasPrefix(b, []byte("HTTP/1.1 503")) {
+			t.Errorf("refused connection %d got %q, want fasthttp's 503", i, b)
+		}
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("two refusals took %v: the accept loop waited for their PROXY headers (timeout 5s)", d)
+	}
+}

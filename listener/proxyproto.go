@@ -30,10 +30,12 @@ import (
 //   - A connection without a valid header is closed without an answer: its Read reports io.EOF,
 //     on which fasthttp closes silently, where the library's error would make fasthttp answer
 //     400 (through the gateway's error handler). It is counted once, by OnReject.
-//   - RemoteAddr never blocks: before the header it is the socket peer; after it, the header's
-//     source (a v2 LOCAL header, the balancer's own health check, and a v1 UNKNOWN one keep the
-//     socket peer). fasthttp reads RemoteAddr only after the request's first bytes, so every
-//     request sees the header's source.
+//   - Write and RemoteAddr never block on the header: fasthttp writes its 503 to a connection
+//     beyond Server.Concurrency on the accept goroutine, before anything was read. Before the
+//     header RemoteAddr is the socket peer; after it, the header's source (a v2 LOCAL header,
+//     the balancer's own health check, and a v1 UNKNOWN one keep the socket peer). fasthttp
+//     reads RemoteAddr only after the request's first bytes, so every request sees the
+//     header's source.
 //
 // The header's read deadline replaces, for that read only, whatever read deadline the layers
 // above asked for; theirs is put back once the header is read.
@@ -158,9 +160,12 @@ func (c *proxyConn) Read(p []byte) (int, error) {
 	return c.Conn.Read(p)
 }
 
-// Write writes once the header was read; nothing is ever written to a connection without one.
+// Write writes to the socket. It never waits for the header: the one writer before any read is
+// fasthttp refusing a connection beyond Server.Concurrency (its 503, written on the accept
+// goroutine, which must not block on a client's header). Nothing is written to a connection
+// whose header was refused.
 func (c *proxyConn) Write(p []byte) (int, error) {
-	if c.state.Load() != stateReady && !c.readHeader() {
+	if c.state.Load() == stateFailed {
 		return 0, net.ErrClosed
 	}
 	return c.Conn.Write(p)
