@@ -53,6 +53,8 @@ const (
 	// maxRequestsPerSecond bounds requests_per_second: far above what one key of one instance
 	// serves, low enough that one token is at least a nanosecond.
 	maxRequestsPerSecond = 1e9
+	// maxBurst bounds burst: a bucket of a billion requests is no limit already.
+	maxBurst = 1e9
 )
 
 // HeaderName returns the header a "header:NAME" key names, or "" for client_ip.
@@ -154,8 +156,8 @@ func checkRateLimit(r *Route, bad func(key, format string, args ...any)) {
 	switch {
 	case rl.Burst == 0:
 		eff.Burst = max(1, rl.RequestsPerSecond)
-	case !(rl.Burst >= 1) || math.IsInf(rl.Burst, 0):
-		bad(key, "burst: must be at least 1 (a request costs one token), not %v; remove it for requests_per_second", rl.Burst)
+	case !(rl.Burst >= 1) || rl.Burst > maxBurst:
+		bad(key, "burst: must be at least 1 (a request costs one token) and at most %g, not %v; remove it for requests_per_second", float64(maxBurst), rl.Burst)
 		ok = false
 	}
 	switch {

@@ -76,6 +76,8 @@ func TestClientIdentityErrors(t *testing.T) {
 		{"", rt("{burst: 5}"), `routes.yaml: routes[0] (/api): rate_limit: requests_per_second: is required`},
 		{"", rt("{requests_per_second: -1}"), `routes.yaml: routes[0] (/api): rate_limit: requests_per_second: must be greater than 0`},
 		{"", rt("{requests_per_second: 5, burst: 0.5}"), `routes.yaml: routes[0] (/api): rate_limit: burst: must be at least 1`},
+		{"", rt("{requests_per_second: 5, burst: 1e12}"), `routes.yaml: routes[0] (/api): rate_limit: burst: must be at least 1 (a request costs one token) and at most 1e+09`},
+		{"", rt("{requests_per_second: .nan}"), `rate_limit: requests_per_second: must be greater than 0`},
 		{"", rt("{requests_per_second: 5, key: ip}"), `routes.yaml: routes[0] (/api): rate_limit: key: must be client_ip or header:NAME, not "ip"`},
 		{"", rt(`{requests_per_second: 5, key: "header:"}`), `routes.yaml: routes[0] (/api): rate_limit: key: "header:" must name a header`},
 		{"", rt(`{requests_per_second: 5, key: "header:X Y"}`), `rate_limit: key: "header:X Y" must name a header`},

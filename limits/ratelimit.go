@@ -117,10 +117,15 @@ func (l *RateLimiter) SetRate(rate, burst float64) {
 	if !(rate > 0) {
 		panic("BUG: limits: rate limit with a rate that is not positive")
 	}
-	interval := math.Max(1, math.Round(float64(time.Second)/rate))
+	// Both are capped at about 36 years (a bucket never holds more than 36 years of refill), so
+	// that no sum of times can overflow an int64.
+	interval := math.Min(maxSpan, math.Max(1, math.Round(float64(time.Second)/rate)))
 	l.interval.Store(int64(interval))
-	l.tolerance.Store(int64(math.Round(math.Max(0, burst-1) * interval)))
+	l.tolerance.Store(int64(math.Min(maxSpan, math.Round(math.Max(0, burst-1)*interval))))
 }
+
+// maxSpan bounds the interval and the tolerance of a limiter, in nanoseconds.
+const maxSpan = float64(1 << 60)
 
 // HeaderKey returns the key of a header value. The value is hashed with a seed of this
 // process, so that a key costs 16 bytes whatever its length and nobody can aim two values

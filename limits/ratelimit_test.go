@@ -256,3 +256,23 @@ func TestRateLimiterConcurrent(t *testing.T) {
 		t.Errorf("keys = %d, want 50", n)
 	}
 }
+
+func TestRateLimiterExtremes(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	k := IPKey(netip.MustParseAddr("192.0.2.1"))
+	// A huge burst at a small rate must not overflow into "always refused" (the bucket is
+	// capped at 36 years of refill, a million tokens here).
+	l := NewRateLimiter(1e-3, 1e9, 0)
+	for i := range 100 {
+		if ok, _ := l.Allow(k, now); !ok {
+			t.Fatalf("request %d of a burst of 1e9 refused", i)
+		}
+	}
+	// One request per ~30 years: the second waits, with a finite Retry-After.
+	l = NewRateLimiter(1e-9, 1, 0)
+	l.Allow(k, now)
+	if ok, wait := l.Allow(k, now); ok || wait <= 0 || RetryAfterSeconds(wait) < 1 {
+		t.Errorf("second request: allowed %v, wait %s", ok, wait)
+	}
+}
