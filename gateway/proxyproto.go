@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"toron/conf"
-	below "toron/listener" // the gateway has a type of that name (conn.go)
+	listenerpkg "toron/listener" // the gateway has a type named listener (conn.go)
 )
 
 // proxyProtocol wraps the TCP listener for server.proxy_protocol (SPEC 16); without it, ln is
@@ -23,7 +23,7 @@ func (g *Gateway) proxyProtocol(ln net.Listener) net.Listener {
 		// Not reachable: validation parsed the same list.
 		panic("BUG: gateway: invalid proxy_protocol.allow after validation: " + err.Error())
 	}
-	return below.NewProxyProtocol(ln, below.ProxyProtocol{
+	return listenerpkg.NewProxyProtocol(ln, listenerpkg.ProxyProtocol{
 		Allow: allow,
 		// The timeout follows the configuration in force; enabled and allow cannot change on
 		// reload (conf.ReloadCompatible).
