@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,4 +161,42 @@ func TestAccessLogClientIP(t *testing.T) {
 			t.Errorf("line %d: client_ip %v, want %s", i, got, want)
 		}
 	}
+}
+
+// FuzzClientFromXFF: whatever X-Forwarded-For lines a client sends, the walk never panics and
+// its result is the peer or one of the addresses the lines hold.
+func FuzzClientFromXFF(f *testing.F) {
+	for _, seed := range []string{
+		"203.0.113.7", "1.1.1.1, 203.0.113.7, 10.0.0.9", "10.0.0.8\n198.51.100.4", "203.0.113.7, bogus, 10.0.0.9",
+		"fe80::1%eth0", " , 203.0.113.7 ,, 10.0.0.9,", "[2001:db8:1::5]:4711", "203.0.113.7:4711", "[::1", "[]:1",
+		"::ffff:10.0.0.9", "1.2.3.4:", ":80", "[2001:db8::1]:123456",
+	} {
+		f.Add(seed)
+	}
+	ts := trustedSet{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8:ffff::/48")}
+	peer := netip.MustParseAddr("10.0.0.1")
+	f.Fuzz(func(t *testing.T, s string) {
+		var lines [][]byte
+		for _, l := range strings.Split(s, "\n") {
+			lines = append(lines, []byte(l))
+		}
+		got := clientFromXFF(lines, ts, peer)
+		if !got.IsValid() {
+			t.Fatalf("%q: invalid client IP", s)
+		}
+		if got == peer {
+			return
+		}
+		for _, l := range lines {
+			for _, e := range strings.Split(string(l), ",") {
+				if e = strings.Trim(e, " \t"); e == "" {
+					continue
+				}
+				if a, ok := parseForwardedAddr([]byte(e)); ok && a == got {
+					return
+				}
+			}
+		}
+		t.Fatalf("%q: client IP %s is neither the peer nor in the header", s, got)
+	})
 }
