@@ -136,26 +136,30 @@ func TestRateLimitBeforeBody(t *testing.T) {
 		t.Fatalf("first: %d", rr.StatusCode)
 	}
 	for _, expect := range []bool{false, true} {
-		c := dialRaw(t, gw.addr)
-		req := "POST /api/upload HTTP/1.1\r\nHost: a\r\nContent-Length: 1073741824\r\n"
-		if expect {
-			req += "Expect: 100-continue\r\n"
+		// The best of three tries (the machine is shared and loaded): an answer that waited for
+		// the body would take read_timeout (5s) every time.
+		best := time.Hour
+		for range 3 {
+			c := dialRaw(t, gw.addr)
+			req := "POST /api/upload HTTP/1.1\r\nHost: a\r\nContent-Length: 1073741824\r\n"
+			if expect {
+				req += "Expect: 100-continue\r\n"
+			}
+			start := time.Now()
+			if _, err := io.WriteString(c, req+"\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			rr := readRawResponse(t, c, "POST")
+			best = min(best, time.Since(start))
+			if rr.StatusCode != 429 || string(rr.body) != rateLimitedBody {
+				t.Fatalf("expect=%v: %d %s", expect, rr.StatusCode, rr.body)
+			}
+			if !rr.Close || !rr.closed {
+				t.Errorf("expect=%v: Connection: close %v, closed %v; want both", expect, rr.Close, rr.closed)
+			}
 		}
-		start := time.Now()
-		if _, err := io.WriteString(c, req+"\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		rr := readRawResponse(t, c, "POST")
-		elapsed := time.Since(start)
-		if rr.StatusCode != 429 || string(rr.body) != rateLimitedBody {
-			t.Fatalf("expect=%v: %d %s", expect, rr.StatusCode, rr.body)
-		}
-		if !rr.Close || !rr.closed {
-			t.Errorf("expect=%v: Connection: close %v, closed %v; want both", expect, rr.Close, rr.closed)
-		}
-		// read_timeout is 5s: an answer that waited for body bytes would take that long.
-		if elapsed > 100*time.Millisecond {
-			t.Errorf("expect=%v: the 429 took %v, want within 100ms", expect, elapsed)
+		if best > 100*time.Millisecond {
+			t.Errorf("expect=%v: the 429 took %v at best, want within 100ms", expect, best)
 		}
 	}
 	if n := up.requests.Load(); n != 1 {
