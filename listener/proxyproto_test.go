@@ -285,7 +285,7 @@ func TestProxyProtocolKeepsDeadlines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := NewProxyProtocol(tcp, ProxyProtocol{Timeout: func() time.Duration { return 200 * time.Millisecond }})
+	ln := NewProxyProtocol(tcp, ProxyProtocol{Timeout: func() time.Duration { return time.Second }})
 	defer ln.Close()
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
@@ -302,7 +302,7 @@ func TestProxyProtocolKeepsDeadlines(t *testing.T) {
 	}
 	c.Write([]byte("PROXY TCP4 203.0.113.7 10.0.0.1 1 2\r\n"))
 	go func() {
-		time.Sleep(600 * time.Millisecond) // past the header deadline, within the caller's
+		time.Sleep(2 * time.Second) // past the header deadline, within the caller's
 		c.Write([]byte("x"))
 	}()
 	buf := make([]byte, 8)
