@@ -20,7 +20,7 @@ func getOn(t *testing.T, c net.Conn, path, extra string) rawResponse {
 
 func TestRateLimit429(t *testing.T) {
 	up := startUpstream(t, nil)
-	gw := startGateway(t, "", upstreamRoute("/api", up.addr, "rate_limit: {requests_per_second: 1, burst: 2}"))
+	gw := startGateway(t, "", upstreamRoute("/api", up.addr, "rate_limit: {requests_per_second: 0.5, burst: 2}"))
 	c := dialRaw(t, gw.addr)
 	for i := range 2 {
 		if rr := getOn(t, c, "/api/x", ""); rr.StatusCode != 200 {
@@ -31,8 +31,8 @@ func TestRateLimit429(t *testing.T) {
 	if rr.StatusCode != 429 || string(rr.body) != rateLimitedBody {
 		t.Fatalf("third request: %d %s", rr.StatusCode, rr.body)
 	}
-	if ra := rr.Header.Get("Retry-After"); ra != "1" {
-		t.Errorf("Retry-After %q, want 1", ra)
+	if ra := rr.Header.Get("Retry-After"); ra != "2" {
+		t.Errorf("Retry-After %q, want 2 (a token every 2s)", ra)
 	}
 	if ct := rr.Header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type %q", ct)
@@ -69,7 +69,7 @@ func TestRateLimitRetryAfterWholeSeconds(t *testing.T) {
 
 func TestRateLimitRefill(t *testing.T) {
 	up := startUpstream(t, nil)
-	gw := startGateway(t, "", upstreamRoute("/api", up.addr, "rate_limit: {requests_per_second: 5, burst: 1}"))
+	gw := startGateway(t, "", upstreamRoute("/api", up.addr, "rate_limit: {requests_per_second: 2, burst: 1}"))
 	c := dialRaw(t, gw.addr)
 	if rr := getOn(t, c, "/api/x", ""); rr.StatusCode != 200 {
 		t.Fatalf("first: %d", rr.StatusCode)
@@ -77,7 +77,7 @@ func TestRateLimitRefill(t *testing.T) {
 	if rr := getOn(t, c, "/api/x", ""); rr.StatusCode != 429 {
 		t.Fatalf("second at once: %d, want 429", rr.StatusCode)
 	}
-	time.Sleep(400 * time.Millisecond) // a token every 200ms
+	time.Sleep(time.Second) // a token every 500ms
 	if rr := getOn(t, c, "/api/x", ""); rr.StatusCode != 200 {
 		t.Errorf("after the refill: %d, want 200", rr.StatusCode)
 	}
