@@ -10,6 +10,7 @@ require (
 	github.com/knadh/koanf/providers/confmap v1.0.1
 	github.com/knadh/koanf/providers/env/v2 v2.0.2
 	github.com/knadh/koanf/v2 v2.4.1
+	github.com/pires/go-proxyproto v0.15.0
 	github.com/tsenart/vegeta/v12 v12.13.0
 	github.com/valyala/bytebufferpool v1.0.0
 	github.com/valyala/fasthttp v1.78.0

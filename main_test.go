@@ -320,6 +320,20 @@ func TestDemoModeServes(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(b), `"service":"api"`) {
 		t.Errorf("demo /api: %d %s", resp.StatusCode, b)
 	}
+	// The rate-limited demo route: a burst of 3 tokens, then 429s (SPEC 17).
+	var codes []string
+	for range 5 {
+		r, err := http.Get(base + "/api/limited/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+		codes = append(codes, fmt.Sprint(r.StatusCode))
+	}
+	if got := strings.Join(codes, " "); !strings.HasPrefix(got, "200 200") || !strings.HasSuffix(got, "429") {
+		t.Errorf("demo /api/limited: %s, want 200s then 429", got)
+	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); exitCode(err) != 0 {
 		t.Errorf("demo exit: %v", err)

@@ -28,6 +28,9 @@ const (
 
 // describe says what a value of the kind looks like, for error messages.
 func (k kind) describe() string {
+	if sub, ok := mappingSchemas[k]; ok {
+		return describeMapping(sub)
+	}
 	switch k {
 	case kindInt:
 		return "an integer"
@@ -85,6 +88,8 @@ func schemaOf(t reflect.Type) schema {
 			s[tag] = kindBool
 		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.String:
 			s[tag] = kindStrings
+		case ft.Kind() == reflect.Struct:
+			s[tag] = mappingKind(ft)
 		default:
 			panic(fmt.Sprintf("BUG: conf: field %s.%s has unsupported type %s", t.Name(), f.Name, f.Type))
 		}
@@ -151,6 +156,9 @@ func editDistance(a, b string) int {
 func fromYAML(v any, k kind) (any, error) {
 	if v == nil {
 		return nil, fmt.Errorf("has no value: write %s, or remove the key for the default", k.describe())
+	}
+	if sub, ok := mappingSchemas[k]; ok {
+		return fromYAMLMapping(v, sub)
 	}
 	switch k {
 	case kindString:
@@ -274,8 +282,10 @@ func fromEnv(s string, k kind) (any, error) {
 		return b, nil
 	case kindDuration:
 		return parseDuration(s)
+	case kindStrings:
+		return envList(s), nil
 	}
-	// No environment key is a list: routes are only configured in routes.yaml.
+	// A mapping is set key by key (TORON_SERVER__PROXY_PROTOCOL__ENABLED).
 	return nil, fmt.Errorf("cannot be set from the environment")
 }
 

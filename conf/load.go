@@ -260,6 +260,8 @@ func (l *loader) envKey(name, value string) (string, any) {
 	}
 	prefix := envPrefix + strings.ToUpper(section) + "__"
 	key := strings.ToLower(strings.TrimPrefix(name, prefix))
+	section, sch, key = nestedEnvKey(section, sch, key)
+	prefix = envPrefix + strings.ToUpper(strings.ReplaceAll(section, ".", "__")) + "__"
 	kd, ok := sch[key]
 	if !ok {
 		msg := fmt.Sprintf("%s.%s is not a configuration key", section, key)

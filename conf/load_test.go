@@ -63,8 +63,10 @@ func TestDefaults(t *testing.T) {
 		DrainDelay:            5 * time.Second,
 		HealthPath:            "/health",
 		MetricsPath:           "/metrics",
+		TrustedProxies:        []string{},
+		ProxyProtocol:         ProxyProtocol{Allow: []string{}, Timeout: 5 * time.Second},
 	}
-	if cfg.Server != want {
+	if !reflect.DeepEqual(cfg.Server, want) {
 		t.Errorf("server defaults\n got %+v\nwant %+v", cfg.Server, want)
 	}
 	if wantLog := (Log{Level: "info", Format: "json", Access: true}); cfg.Log != wantLog {
@@ -82,7 +84,7 @@ func TestDefaults(t *testing.T) {
 
 	// Empty sections and an explicitly empty route table are valid, with a warning.
 	cfg = mustLoad(t, "server:\nlog:\n", "routes: []\n")
-	if cfg.Server != want || len(cfg.Routes) != 0 {
+	if !reflect.DeepEqual(cfg.Server, want) || len(cfg.Routes) != 0 {
 		t.Errorf("empty sections changed the defaults: %+v", cfg.Server)
 	}
 	if len(cfg.Warnings) != 1 || !strings.HasPrefix(cfg.Warnings[0], "no routes:") {
@@ -431,7 +433,7 @@ func TestShippedFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Server != defaults.Server || cfg.Log != defaults.Log {
+	if !reflect.DeepEqual(cfg.Server, defaults.Server) || cfg.Log != defaults.Log {
 		t.Errorf("config.yaml differs from the built-in defaults:\n file %+v\n  def %+v", cfg.Server, defaults.Server)
 	}
 	if cfg.ConfigFile != "config.yaml" || cfg.RoutesFile != "routes.yaml" {

@@ -18,6 +18,7 @@ func (c *Config) ReloadCompatible(old *Config) error {
 	check("max_connections", old.Server.MaxConnections, c.Server.MaxConnections)
 	check("max_header_bytes", old.Server.MaxHeaderBytes, c.Server.MaxHeaderBytes)
 	check("worker_pool_size", old.Server.WorkerPoolSize, c.Server.WorkerPoolSize)
+	checkProxyProtocolReload(old, c, &errs)
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}

@@ -65,6 +65,12 @@ type Server struct {
 	// HealthPath and MetricsPath are served by the gateway itself; defaults /health and /metrics.
 	HealthPath  string `koanf:"health_path" json:"health_path"`
 	MetricsPath string `koanf:"metrics_path" json:"metrics_path"`
+
+	// TrustedProxies lists the IP addresses and CIDRs (IPv4 and IPv6) whose X-Forwarded-For is
+	// believed (SPEC 16); default empty: every peer is the client.
+	TrustedProxies []string `koanf:"trusted_proxies" json:"trusted_proxies"`
+	// ProxyProtocol turns the PROXY protocol on for the listener (SPEC 16); default off.
+	ProxyProtocol ProxyProtocol `koanf:"proxy_protocol" json:"proxy_protocol"`
 }
 
 // Log holds the log settings (config.yaml, key log).
@@ -117,6 +123,10 @@ type Route struct {
 	MaxUpstreamConns *int `koanf:"max_upstream_conns" json:"-"`
 	// StreamRequestBody: true always streams, false always buffers, nil decides by size.
 	StreamRequestBody *bool `koanf:"stream_request_body" json:"-"`
+
+	// RateLimit is the per-client token bucket of SPEC 17; nil means no limit. The resolved
+	// value (burst and key defaulted) is Effective.RateLimit.
+	RateLimit *RateLimit `koanf:"rate_limit" json:"-"`
 
 	// Effective holds the values in force for this route once defaults, overrides and the
 	// guardrail are applied.
@@ -180,4 +190,6 @@ type Effective struct {
 	HealthCheck *HealthCheck `json:"health_check"`
 	// Retries is the route's retries, capped at its number of other targets.
 	Retries int `json:"retries"`
+	// RateLimit is the route's rate_limit with burst and key defaulted; nil means no limit.
+	RateLimit *RateLimit `json:"rate_limit,omitempty"`
 }

@@ -367,7 +367,11 @@ func TestRoutesYAML(t *testing.T) {
 		InboundChunkedMode    string `yaml:"inbound_chunked_mode"`
 		StreamRequestBody     *bool  `yaml:"stream_request_body"`
 
-		Targets []demoTarget `yaml:"targets"`
+		Targets   []demoTarget `yaml:"targets"`
+		RateLimit struct {
+			RequestsPerSecond float64 `yaml:"requests_per_second"`
+			Burst             float64 `yaml:"burst"`
+		} `yaml:"rate_limit"`
 	}
 	var doc struct {
 		Routes []route `yaml:"routes"`
@@ -387,7 +391,9 @@ func TestRoutesYAML(t *testing.T) {
 			MaxConcurrency: 8, ResponseHeaderTimeout: "60s", WriteTimeout: "30s"},
 		{Type: "upstream", Prefix: "/legacy/stream-upload", Target: "http://" + u.Upload,
 			InboundChunkedMode: "passthrough", MaxBodyBytes: 524288000, ReadTimeout: "15s", StreamRequestBody: &yes},
+		{Type: "upstream", Prefix: "/api/limited", Target: "http://" + u.API},
 	}
+	want[4].RateLimit.RequestsPerSecond, want[4].RateLimit.Burst = 1, 3
 	if len(doc.Routes) != len(want) {
 		t.Fatalf("%d routes, want %d", len(doc.Routes), len(want))
 	}
@@ -415,6 +421,7 @@ func TestBanner(t *testing.T) {
 		"head -c 5242880 /dev/zero | curl",
 		"-H 'Transfer-Encoding: chunked' http://127.0.0.1:8080/legacy/stream-upload",
 		"-w '%{http_code}\\n'",
+		"-w '%{http_code} ' http://127.0.0.1:8080/api/limited/x",
 	} {
 		if !strings.Contains(b, s) {
 			t.Errorf("banner lacks %q:\n%s", s, b)

@@ -45,6 +45,12 @@ routes:
     max_body_bytes: 524288000
     read_timeout: 15s
     stream_request_body: true
+
+  # A per-client rate limit (SPEC 17): 1 request per second per client IP, bursts of 3.
+  - type: upstream
+    prefix: /api/limited
+    target: http://%[1]s
+    rate_limit: {requests_per_second: 1, burst: 3}
 `
 
 // RoutesYAML returns a routes.yaml document with the seed's recipes pointed at these upstreams.
@@ -69,6 +75,7 @@ Routes (unset keys inherit the server defaults: 4 MiB bodies, 5s read/write, 10s
   /legacy/reports        -> reports  recipe 2: 8 at once, 60s for upstream headers (then 504), 30s write window
   /legacy/stream-upload  -> upload   recipe 3: 500 MiB bodies, chunked passed through chunked, 15s read window,
                                      32 at once (guardrail)
+  /api/limited           -> api      rate_limit: 1 request/s per client IP, bursts of 3, then 429 with Retry-After
   The three legacy routes are elevated: together they hold at most 32 of the 128 workers, so /api
   and /health keep the rest.
 
@@ -111,6 +118,9 @@ Try:
   (for i in $(seq 1 12); do curl -s -o /dev/null -w '%%{http_code}\n' '%[1]s/legacy/reports?delay=10s' & done; wait) | sort | uniq -c
   #   meanwhile, in another terminal, /api stays fast
   curl -s -o /dev/null -w '%%{http_code} in %%{time_total}s\n' %[1]s/api/users
+
+  # rate limit: 5 quick calls give 200 200 200 429 429 (a token a second, bursts of 3)
+  for i in 1 2 3 4 5; do curl -s -o /dev/null -w '%%{http_code} ' %[1]s/api/limited/x; done; echo
 
 Not built (SPEC 11): TLS, HTTP/2, WebSocket (501), path rewriting.
 `

@@ -226,7 +226,11 @@ func (c *clientConn) forceClose() {
 }
 
 func (c *clientConn) lingerClose() {
-	tc, ok := c.Conn.(*net.TCPConn)
+	// A *net.TCPConn, or a connection of the PROXY protocol listener over one.
+	tc, ok := c.Conn.(interface {
+		net.Conn
+		CloseWrite() error
+	})
 	if !ok {
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"net/netip"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -84,6 +85,15 @@ type exchange struct {
 	head       []byte // the upstream request head, built for each request
 	body       bodyReader
 	rs         respStream
+
+	// The client's identity (SPEC 16), resolved once per request in decide (clientip.go):
+	// every consumer (access log, X-Real-IP, rate_limit, client_ip_hash) reads clientIP.
+	peer          netip.Addr // the TCP peer, or the PROXY header's source
+	clientIP      netip.Addr // invalid until decide resolved it (see clientIPOf)
+	trustedPeer   bool       // the peer is in trusted_proxies: its forwarded headers are kept
+	untrustedPeer bool       // trusted_proxies is set and the peer is not in it: they are dropped
+	realIP        []byte     // X-Real-IP's value, reused
+	retryAfter    []byte     // the Retry-After of a rate_limit 429 (ratelimit.go)
 }
 
 // begin starts the exchange of a new request on this connection. A previous request that was
@@ -112,6 +122,7 @@ func (x *exchange) begin(g *Gateway, ctx *fasthttp.RequestCtx) {
 	x.path = x.path[:0]
 	x.method = x.method[:0]
 	x.reqID = x.reqID[:0]
+	x.clientIP = netip.Addr{}
 	x.active.Store(true)
 }
 
@@ -229,6 +240,7 @@ func (g *Gateway) logAccess(x *exchange) {
 		zap.String("reject_reason", x.reason.String()),
 		zap.String("remote", remote),
 		zap.String("target", x.upAddr),
+		zap.String("client_ip", x.clientIPOf().String()),
 	)
 }
 

@@ -3,7 +3,6 @@ package gateway
 import (
 	"errors"
 	"io"
-	"net"
 	"strconv"
 	"time"
 
@@ -24,8 +23,10 @@ func (g *Gateway) forward(x *exchange, req *fasthttp.Request, resp *fasthttp.Res
 	var tried [up.MaxRetries + 1]*up.Target
 	n := 0
 	var err error
+	// client_ip_hash hashes the client IP of SPEC 16, the one every consumer sees.
+	ip := x.clientIPOf().As16()
 	for {
-		t := r.set.Pick(x.clientIP(), tried[:n]...)
+		t := r.set.Pick(ip[:], tried[:n]...)
 		if t == nil {
 			return time.Time{}, err // every eligible target was tried
 		}
@@ -78,14 +79,6 @@ func (x *exchange) attemptOutcome(err error) (up.Outcome, int) {
 		return up.Neutral, statusClientClosed
 	}
 	return up.Failure, upstreamRejection(err).status
-}
-
-// clientIP is the client address that client_ip_hash hashes (SPEC 16: the TCP peer).
-func (x *exchange) clientIP() []byte {
-	if a, ok := x.conn.RemoteAddr().(*net.TCPAddr); ok {
-		return a.IP
-	}
-	return nil
 }
 
 // exchangeOn lends a connection of the target's pool, writes the request head and body on it

@@ -59,6 +59,7 @@ type snapshot struct {
 	routes      []*route
 	healthPath  []byte
 	metricsPath []byte
+	trusted     trustedSet // server.trusted_proxies (clientip.go)
 }
 
 // route is a configured route with its runtime parts.
@@ -74,6 +75,8 @@ type route struct {
 	// host is the Host of a request that came without one (HTTP/1.0): the first target's
 	// host:port, as nginx's proxy_pass names its upstream.
 	host string
+	// rl is the route's rate_limit, nil without one (ratelimit.go).
+	rl *routeRateLimit
 }
 
 // poolOf returns the connection pool of one of the route's targets.
@@ -170,6 +173,10 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, er
 		healthPath:  []byte(cfg.Server.HealthPath),
 		metricsPath: []byte(cfg.Server.MetricsPath),
 	}
+	var err error
+	if snap.trusted, err = newTrustedSet(cfg); err != nil {
+		return nil, err
+	}
 	old := map[string]*route{}
 	if prev != nil {
 		for _, r := range prev.routes {
@@ -202,6 +209,7 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, er
 		}
 		st := g.stats.get(rc.Name)
 		rt := &route{name: rc.Name, eff: rc.Effective, stats: st, set: set, conf: rc, server: &cfg.Server, host: set.Targets()[0].Addr()}
+		rt.rl = g.rateLimitOf(rc, st)
 		snap.routes = append(snap.routes, rt)
 		entries[i] = tableEntry{Host: rc.Host, Prefix: rc.Prefix, Methods: rc.Methods}
 	}
@@ -213,6 +221,7 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, er
 func (g *Gateway) applySnapshot(snap *snapshot) {
 	for _, r := range snap.routes {
 		r.stats.bulkhead.SetMax(r.eff.MaxConcurrency)
+		r.rl.apply()
 	}
 	g.budget.SetMax(snap.cfg.ElevatedBudget())
 	g.snap.Store(snap)
@@ -271,6 +280,7 @@ func (g *Gateway) Listen() (net.Listener, error) {
 // Serve serves client connections from ln until Shutdown.
 func (g *Gateway) Serve(ln net.Listener) error {
 	g.applySnapshot(g.snap.Load())
+	ln = g.proxyProtocol(ln) // below TLS: the PROXY header comes first (proxyproto.go)
 	l := newListener(ln, g)
 	g.ln.Store(l)
 	return g.srv.Serve(l)

@@ -108,6 +108,7 @@ func (g *Gateway) decide(h *fasthttp.RequestHeader, x *exchange) {
 	x.path = appendPath(x.path[:0], h.RequestURI())
 	x.method = append(x.method[:0], h.Method()...)
 	x.setRequestID(h)
+	x.resolveClientIP(h)
 
 	// Step 3: the gateway's own paths, before the route table, never taking a worker.
 	switch {
@@ -139,7 +140,11 @@ func (g *Gateway) decide(h *fasthttp.RequestHeader, x *exchange) {
 		return
 	}
 
-	// Step 6: admission.
+	// Step 6: admission. The client's rate limit first (SPEC 17), never queued.
+	if r.rl != nil && !r.rl.allow(h, x) {
+		x.reject(rejRateLimited)
+		return
+	}
 	if err := g.admit(x); err != nil {
 		x.reject(admissionRejection(err))
 	}
@@ -287,6 +292,9 @@ func (g *Gateway) writeRejection(ctx *fasthttp.RequestCtx, x *exchange, r *rejec
 	ctx.Response.SetBodyRaw(r.body)
 	if r.retryAfter {
 		ctx.Response.Header.SetBytesKV(headerRetryAfter, retryAfterSeconds)
+	}
+	if r == rejRateLimited {
+		ctx.Response.Header.SetBytesKV(headerRetryAfter, x.retryAfter) // SPEC 17: until a token is back
 	}
 	if len(x.reqID) > 0 {
 		ctx.Response.Header.SetBytesKV(headerRequestID, x.reqID)

@@ -49,6 +49,8 @@ const (
 	reasonUpstreamTimeout
 	reasonUpstreamError
 	reasonClientAbort
+	reasonRateLimited
+	reasonProxyProtocol
 	numReasons
 )
 
@@ -66,6 +68,8 @@ var reasonNames = [numReasons]string{
 	reasonUpstreamTimeout:  "upstream_timeout",
 	reasonUpstreamError:    "upstream_error",
 	reasonClientAbort:      "client_abort",
+	reasonRateLimited:      "rate_limited",
+	reasonProxyProtocol:    "proxy_protocol",
 }
 
 func (r reason) String() string { return reasonNames[r] }
@@ -91,6 +95,10 @@ type routeStats struct {
 	headerWait *metrics.PrometheusHistogram
 	bodyIn     *metrics.Counter
 	bodyOut    *metrics.Counter
+
+	// limiter holds the route name's rate-limit buckets (ratelimit.go), nil until a route of
+	// that name has a rate_limit; set under statsRegistry.mu.
+	limiter *limits.RateLimiter
 }
 
 // codeCounter returns toron_requests_total{route,code}, creating it on the first use of a code:

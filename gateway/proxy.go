@@ -223,6 +223,8 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 			equalFold(k, hdrHost), equalFold(k, hdrContentLength),
 			equalFold(k, hdrXForwardedProto), equalFold(k, hdrXForwardedHost), equalFold(k, headerRequestID):
 			continue
+		case x.dropsIdentityHeader(k): // SPEC 16: X-Real-IP; an untrusted peer's forwarded headers
+			continue
 		case equalFold(k, hdrXForwardedFor):
 			buf = append(buf, v...)
 			buf = append(buf, ", "...)
@@ -237,6 +239,7 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 	if len(host) > 0 {
 		out.SetBytesKV(hdrXForwardedHost, host)
 	}
+	x.forwardIdentity(in, out) // SPEC 16: X-Real-IP; a trusted peer's X-Forwarded-Proto/Host
 	out.SetBytesKV(headerRequestID, x.reqID)
 }
 
