@@ -40,6 +40,7 @@ type options struct {
 	target   string
 
 	rate        int
+	rateSet     bool // -rate was given (slow-target keeps its own default otherwise)
 	connections int
 
 	apiRate, healthRate, floodRate int
@@ -78,7 +79,7 @@ func main() {
 	fs.StringVar(&o.toron, "toron", "bin/toron", "gateway binary to start")
 	fs.StringVar(&o.peer, "peer", "toron", "isolation: the server to measure, toron or nginx (loadtest/peers/nginx.conf, for reference)")
 	fs.StringVar(&o.nginx, "nginx", "nginx", "nginx binary for -peer nginx")
-	fs.StringVar(&o.scenario, "scenario", "", "small-get, upload, isolation, slow-client; helpers: upstream, probe")
+	fs.StringVar(&o.scenario, "scenario", "", "small-get, upload, isolation, slow-client, slow-target; helpers: upstream, probe")
 	fs.StringVar(&o.out, "out", "out/loadtest", "folder for the plots, tables and the gateway's log")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of each measured phase")
 	fs.StringVar(&o.target, "target", "", "measure this running server (base URL on 127.0.0.1; for upload the full URL) instead of starting the gateway")
@@ -110,6 +111,7 @@ func main() {
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
+	fs.Visit(func(f *flag.Flag) { o.rateSet = o.rateSet || f.Name == "rate" })
 	if err := o.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -126,7 +128,7 @@ func main() {
 }
 
 // scenarios are the values of -scenario.
-var scenarios = []string{"small-get", "upload", "isolation", "slow-client", "upstream", "probe", "naive-proxy", "tcp-relay"}
+var scenarios = []string{"small-get", "upload", "isolation", "slow-client", "slow-target", "upstream", "probe", "naive-proxy", "tcp-relay"}
 
 func (o *options) validate() error {
 	if !slices.Contains(scenarios, o.scenario) {
@@ -174,6 +176,8 @@ func run(o options) error {
 		return uploadScenario(o)
 	case "isolation":
 		return isolation(o)
+	case "slow-target":
+		return slowTarget(o)
 	case "slow-client":
 		return slowClient(o)
 	case "upstream":

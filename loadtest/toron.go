@@ -82,6 +82,15 @@ type Toron struct{ *process }
 // StartToron writes the config and routes files into dir, starts binary with them and waits
 // until /health answers 200.
 func StartToron(binary, dir string, ro RouteOptions) (*Toron, error) {
+	var b bytes.Buffer
+	if err := routesTemplate.Execute(&b, ro); err != nil {
+		return nil, fmt.Errorf("loadtest: routes template: %w", err)
+	}
+	return StartToronRoutes(binary, dir, b.String())
+}
+
+// StartToronRoutes is StartToron with a routes file of the caller's.
+func StartToronRoutes(binary, dir, routes string) (*Toron, error) {
 	if _, err := os.Stat(binary); err != nil {
 		return nil, fmt.Errorf("loadtest: no gateway binary at %s (build it with `make build`, or pass -toron): %w", binary, err)
 	}
@@ -94,8 +103,8 @@ func StartToron(binary, dir string, ro RouteOptions) (*Toron, error) {
 	if err := writeTemplate(cfgPath, configTemplate, map[string]int{"Port": port}); err != nil {
 		return nil, err
 	}
-	if err := writeTemplate(routesPath, routesTemplate, ro); err != nil {
-		return nil, err
+	if err := os.WriteFile(routesPath, []byte(routes), 0o644); err != nil {
+		return nil, fmt.Errorf("loadtest: cannot write %s: %w", routesPath, err)
 	}
 	cmd := exec.Command(binary, "-config", cfgPath, "-routes", routesPath)
 	// Only configuration from the generated files: TORON_* variables of the caller would change
