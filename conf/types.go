@@ -118,6 +118,20 @@ type Route struct {
 	// StreamRequestBody: true always streams, false always buffers, nil decides by size.
 	StreamRequestBody *bool `koanf:"stream_request_body" json:"-"`
 
+	// WebSocket tunnels and path rewriting (SPEC 15, SPEC 16; conf/tunnel.go).
+	// Websocket lets WebSocket upgrades through this route; default false (they get a 501).
+	Websocket bool `koanf:"websocket" json:"-"`
+	// MaxTunnels bounds the open tunnels of the route (>= 1); nil means DefaultMaxTunnels.
+	MaxTunnels *int `koanf:"max_tunnels" json:"-"`
+	// TunnelIdleTimeout closes a tunnel that moved no byte either way for this long (> 0); nil
+	// means DefaultTunnelIdleTimeout.
+	TunnelIdleTimeout *time.Duration `koanf:"tunnel_idle_timeout" json:"-"`
+	// StripPrefix removes the route's prefix from the forwarded path; default false.
+	StripPrefix bool `koanf:"strip_prefix" json:"-"`
+	// AddPrefix is prepended to the forwarded path (after the strip); "" adds nothing. It
+	// starts with "/", has no trailing "/" and no "." or ".." segment.
+	AddPrefix string `koanf:"add_prefix" json:"-"`
+
 	// Effective holds the values in force for this route once defaults, overrides and the
 	// guardrail are applied.
 	Effective Effective `koanf:"-" json:"effective"`
@@ -154,4 +168,15 @@ type Effective struct {
 	// names each one, e.g. "max_body_bytes 209715200 > server 4194304".
 	Elevated        bool     `json:"elevated"`
 	ElevatedReasons []string `json:"elevated_reasons,omitempty"`
+
+	// Websocket is the route's websocket key. MaxTunnels and TunnelIdleTimeout are its tunnel
+	// limits, set only when Websocket is true (SPEC 15).
+	Websocket         bool          `json:"websocket"`
+	MaxTunnels        int           `json:"max_tunnels,omitempty"`
+	TunnelIdleTimeout time.Duration `json:"tunnel_idle_timeout,omitempty"`
+	// StripPrefix and AddPrefix are the route's rewriting keys (SPEC 16); RewriteExamples shows
+	// what they do to example paths, for -check (nil when the route does not rewrite).
+	StripPrefix     bool             `json:"strip_prefix,omitempty"`
+	AddPrefix       string           `json:"add_prefix,omitempty"`
+	RewriteExamples []RewriteExample `json:"rewrite_examples,omitempty"`
 }

@@ -424,6 +424,7 @@ func (l *loader) checkRoute(r *Route, in *routeInput, bad func(key, format strin
 	if r.StreamRequestBody != nil && !*r.StreamRequestBody && r.Effective.MaxBodyBytes > MaxBufferedBodyBytes {
 		bad("stream_request_body", "false buffers every body in memory, which is refused with max_body_bytes above %d (8 MiB): it is %d here; remove the key to stream large bodies", MaxBufferedBodyBytes, r.Effective.MaxBodyBytes)
 	}
+	checkTunnelRoute(r, in, bad)
 }
 
 // defaultName is host + prefix, then a space and the methods when the route lists some:
