@@ -365,6 +365,10 @@ func TestRoutesYAML(t *testing.T) {
 		ResponseHeaderTimeout string `yaml:"response_header_timeout"`
 		InboundChunkedMode    string `yaml:"inbound_chunked_mode"`
 		StreamRequestBody     *bool  `yaml:"stream_request_body"`
+		Websocket             bool   `yaml:"websocket"`
+		TunnelIdleTimeout     string `yaml:"tunnel_idle_timeout"`
+		StripPrefix           bool   `yaml:"strip_prefix"`
+		AddPrefix             string `yaml:"add_prefix"`
 	}
 	var doc struct {
 		Routes []route `yaml:"routes"`
@@ -384,6 +388,8 @@ func TestRoutesYAML(t *testing.T) {
 			MaxConcurrency: 8, ResponseHeaderTimeout: "60s", WriteTimeout: "30s"},
 		{Type: "upstream", Prefix: "/legacy/stream-upload", Target: "http://" + u.Upload,
 			InboundChunkedMode: "passthrough", MaxBodyBytes: 524288000, ReadTimeout: "15s", StreamRequestBody: &yes},
+		{Type: "upstream", Prefix: "/ws", Target: "http://" + u.WS, Websocket: true, TunnelIdleTimeout: "60s"},
+		{Type: "upstream", Prefix: "/billing", Target: "http://" + u.API, StripPrefix: true, AddPrefix: "/v1"},
 	}
 	if len(doc.Routes) != len(want) {
 		t.Fatalf("%d routes, want %d", len(doc.Routes), len(want))

@@ -45,7 +45,7 @@ routes:
 
 // RoutesYAML returns a routes.yaml document with the seed's recipes pointed at these upstreams.
 func (u *Upstreams) RoutesYAML() []byte {
-	return fmt.Appendf(nil, routesTemplate, u.API, u.Reports, u.Upload)
+	return fmt.Appendf(fmt.Appendf(nil, routesTemplate, u.API, u.Reports, u.Upload), wsRoutesTemplate, u.API, u.WS)
 }
 
 // bannerTemplate is the startup text. The %[n]s verbs: 1 gateway URL, 2 api, 3 reports,
@@ -98,11 +98,12 @@ Try:
   #   meanwhile, in another terminal, /api stays fast
   curl -s -o /dev/null -w '%%{http_code} in %%{time_total}s\n' %[1]s/api/users
 
-Not built (SPEC 11): TLS, HTTP/2, WebSocket (501), load balancing, path rewriting.
+Not built (SPEC 11): TLS, HTTP/2, load balancing.
 `
 
 // Banner returns the text printed at startup: what runs where and curl commands to try, given the
 // gateway's base URL (e.g. "http://127.0.0.1:8080").
 func (u *Upstreams) Banner(gatewayURL string) string {
-	return fmt.Sprintf(bannerTemplate, strings.TrimRight(gatewayURL, "/"), u.API, u.Reports, u.Upload)
+	base := strings.TrimRight(gatewayURL, "/")
+	return fmt.Sprintf(bannerTemplate, base, u.API, u.Reports, u.Upload) + fmt.Sprintf(wsBannerTemplate, base)
 }

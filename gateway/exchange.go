@@ -70,6 +70,8 @@ type exchange struct {
 	watchGone bool
 	body      bodyReader
 	rs        respStream
+
+	ws wsState // a WebSocket upgrade's handshake (tunnel.go)
 }
 
 // begin starts the exchange of a new request on this connection. A previous request that was
@@ -97,6 +99,7 @@ func (x *exchange) begin(g *Gateway, ctx *fasthttp.RequestCtx) {
 	x.path = x.path[:0]
 	x.method = x.method[:0]
 	x.reqID = x.reqID[:0]
+	x.ws.reset()
 	x.active.Store(true)
 }
 
@@ -141,6 +144,7 @@ func (x *exchange) finish() {
 		x.route.pool.put(x.upClient, !x.watchGone)
 		x.upClient, x.watchGone = nil, false
 	}
+	x.ws.release(x)
 	if x.holdsWorker {
 		x.holdsWorker = false
 		g.workers.Release()

@@ -42,6 +42,8 @@ type Gateway struct {
 	draining atomic.Bool
 	reqSeq   atomic.Uint64
 	idPrefix string
+
+	tunnels *tunnelRegistry // open WebSocket tunnels (tunnel.go)
 }
 
 // snapshot is one immutable route table with the configuration it came from. A request keeps
@@ -63,6 +65,11 @@ type route struct {
 	stats  *routeStats
 	// pool holds the route's upstream connections (pool.go).
 	pool *upstreamPool
+
+	// rw is the route's path rewriting (rewrite.go); tun its tunnel state, nil without
+	// websocket: true (tunnel.go).
+	rw  rewrite
+	tun *tunnelStats
 }
 
 // closeIdle closes the route's idle upstream connections.
@@ -87,6 +94,7 @@ func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
 		idPrefix: newIDPrefix(),
 	}
 	g.access.Store(cfg.Log.Access)
+	g.tunnels = newTunnelRegistry(g, set)
 	g.none = g.stats.get(noRoute)
 	g.reloads = set.NewCounter(metricReloads)
 	g.reloadKO = set.NewCounter(metricReloadErrors)
@@ -152,6 +160,7 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config) (*snapshot, error) {
 		}
 		st := g.stats.get(rc.Name)
 		rt := &route{name: rc.Name, eff: rc.Effective, stats: st, pool: pool, conf: rc, server: &cfg.Server}
+		rt.rw, rt.tun = newRewrite(rc), g.tunnels.stats(rc)
 		snap.routes = append(snap.routes, rt)
 		entries[i] = tableEntry{Host: rc.Host, Prefix: rc.Prefix, Methods: rc.Methods}
 	}
@@ -163,6 +172,7 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config) (*snapshot, error) {
 func (g *Gateway) applySnapshot(snap *snapshot) {
 	for _, r := range snap.routes {
 		r.stats.bulkhead.SetMax(r.eff.MaxConcurrency)
+		r.applyTunnelLimit()
 	}
 	g.budget.SetMax(snap.cfg.ElevatedBudget())
 	g.snap.Store(snap)
@@ -239,6 +249,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	if err != nil && l != nil {
 		l.closeAll()
 	}
+	// Tunnels were left open until now (SPEC 15); what is left ends here, its goroutines
+	// waited for.
+	g.tunnels.closeAll()
 	return err
 }
 

@@ -49,6 +49,7 @@ const (
 	reasonUpstreamTimeout
 	reasonUpstreamError
 	reasonClientAbort
+	reasonTunnelLimit
 	numReasons
 )
 
@@ -66,6 +67,7 @@ var reasonNames = [numReasons]string{
 	reasonUpstreamTimeout:  "upstream_timeout",
 	reasonUpstreamError:    "upstream_error",
 	reasonClientAbort:      "client_abort",
+	reasonTunnelLimit:      "tunnel_limit",
 }
 
 func (r reason) String() string { return reasonNames[r] }

@@ -212,7 +212,7 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 	out := &req.Header
 	out.SetMethodBytes(in.Method())
 
-	uri := append(x.scratch[:0], x.path...)
+	uri := x.route.appendForwardPath(x.scratch[:0], x.path) // strip_prefix, add_prefix (rewrite.go)
 	if x.asterisk {
 		uri = append(uri[:0], '*')
 	}
@@ -263,6 +263,7 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 		out.SetBytesKV(hdrXForwardedHost, host)
 	}
 	out.SetBytesKV(headerRequestID, x.reqID)
+	x.route.setForwardedPrefix(out)
 }
 
 // appendRemoteIP appends the client's IP address as text, without allocating for IPv4.
