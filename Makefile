@@ -6,7 +6,7 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 FUZZTIME  ?= 30s
 PKGS      := ./...
 
-.PHONY: help build run test vet deps lint fuzz bench bench-go bench-compare bench-slowloris bench-upload loadtest clean
+.PHONY: help build run test vet deps lint fuzz bench bench-go bench-compare bench-slowloris bench-upload bench-tunnel loadtest clean
 
 help: #? list the targets
 	@grep -E '^[a-z-]+:.*#\?' $(MAKEFILE_LIST) | sed -E 's/:.*#\?/\t/' | sort
@@ -32,7 +32,7 @@ deps: #? fail when a leaf package imports conf, gateway, zap or another leaf
 fuzz: #? run each fuzz target for FUZZTIME
 	@bash scripts/fuzz.sh $(FUZZTIME)
 
-bench: bench-go bench-compare bench-slowloris bench-upload #? Go benchmarks (-benchmem), the peer comparison, the slowloris run and the upload ratios
+bench: bench-go bench-compare bench-slowloris bench-upload bench-tunnel #? Go benchmarks (-benchmem), the peer comparison, the slowloris run and the upload ratios
 
 bench-go: #? Go benchmarks only
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
@@ -46,8 +46,11 @@ bench-slowloris: build #? /health and /api success under a 1000-connection slowl
 bench-upload: build #? 8 concurrent 200 MB uploads, direct vs Toron vs a naive fasthttp proxy, 5 rounds (exit 3: a target missed)
 	$(GO) run ./loadtest -toron $(BIN) -scenario upload -rounds 5
 
+bench-tunnel: build #? WebSocket tunnels: echo through a tunnel vs a TCP relay, memory per idle tunnel, /api p99 with 2,000 idle tunnels (exit 3: a target missed)
+	$(GO) run ./loadtest -toron $(BIN) -scenario tunnel -rounds 3
+
 SCENARIO ?= small-get
-loadtest: build #? one load-test scenario: make loadtest SCENARIO=small-get|upload|isolation|slow-client
+loadtest: build #? one load-test scenario: make loadtest SCENARIO=small-get|upload|isolation|slow-client|tunnel
 	$(GO) run ./loadtest -toron $(BIN) -scenario $(SCENARIO)
 
 clean: #? remove build output
