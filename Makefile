@@ -47,7 +47,7 @@ bench-upload: build #? 8 concurrent 200 MB uploads, direct vs Toron vs a naive f
 	$(GO) run ./loadtest -toron $(BIN) -scenario upload -rounds 5
 
 bench-tunnel: build #? WebSocket tunnels: echo through a tunnel vs a TCP relay, memory per idle tunnel, /api p99 with 2,000 idle tunnels (exit 3: a target missed)
-	$(GO) run ./loadtest -toron $(BIN) -scenario tunnel -rounds 3
+	$(GO) run ./loadtest -toron $(BIN) -scenario tunnel -rounds 5
 
 SCENARIO ?= small-get
 loadtest: build #? one load-test scenario: make loadtest SCENARIO=small-get|upload|isolation|slow-client|tunnel

@@ -389,7 +389,7 @@ func TestRoutesYAML(t *testing.T) {
 		{Type: "upstream", Prefix: "/legacy/stream-upload", Target: "http://" + u.Upload,
 			InboundChunkedMode: "passthrough", MaxBodyBytes: 524288000, ReadTimeout: "15s", StreamRequestBody: &yes},
 		{Type: "upstream", Prefix: "/ws", Target: "http://" + u.WS, Websocket: true, TunnelIdleTimeout: "60s"},
-		{Type: "upstream", Prefix: "/billing", Target: "http://" + u.API, StripPrefix: true, AddPrefix: "/v1"},
+		{Type: "upstream", Prefix: "/billing", Target: "http://" + u.API, StripPrefix: true, AddPrefix: "/api/v1"},
 	}
 	if len(doc.Routes) != len(want) {
 		t.Fatalf("%d routes, want %d", len(doc.Routes), len(want))
@@ -418,6 +418,9 @@ func TestBanner(t *testing.T) {
 		"head -c 5242880 /dev/zero | curl",
 		"-H 'Transfer-Encoding: chunked' http://127.0.0.1:8080/legacy/stream-upload",
 		"-w '%{http_code}\\n'",
+		"-H 'Upgrade: websocket' -H 'Sec-WebSocket-Version: 13' -H 'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==' http://127.0.0.1:8080/ws/",
+		"go run ./loadtest -scenario ws-echo -target http://127.0.0.1:8080/ws/",
+		"'http://127.0.0.1:8080/billing/invoices?page=2'",
 	} {
 		if !strings.Contains(b, s) {
 			t.Errorf("banner lacks %q:\n%s", s, b)

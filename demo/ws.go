@@ -237,19 +237,19 @@ const wsRoutesTemplate = `
     websocket: true
     tunnel_idle_timeout: 60s
 
-  # Path rewriting (SPEC 16): /billing/invoices reaches the api upstream as /v1/invoices.
+  # Path rewriting (SPEC 16): /billing/invoices reaches the api upstream as /api/v1/invoices.
   - type: upstream
     prefix: /billing
     target: http://%[1]s
     strip_prefix: true
-    add_prefix: /v1
+    add_prefix: /api/v1
 `
 
 // wsBannerTemplate is the banner's part for the routes above; the %[1]s verb is the gateway URL.
 const wsBannerTemplate = `
 WebSocket and rewriting:
   /ws       -> ws   WebSocket echo (RFC 6455); an open tunnel holds no worker, 60s idle timeout
-  /billing  -> api  strip_prefix + add_prefix /v1: /billing/invoices is forwarded as /v1/invoices
+  /billing  -> api  strip_prefix + add_prefix /api/v1: /billing/invoices is forwarded as /api/v1/invoices
 
   # the handshake through the gateway: the upstream's 101 comes back, then the tunnel stays open (Ctrl-C)
   curl --include --no-buffer -H 'Connection: Upgrade' -H 'Upgrade: websocket' -H 'Sec-WebSocket-Version: 13' -H 'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==' %[1]s/ws/
@@ -257,6 +257,6 @@ WebSocket and rewriting:
   # a message there and back through the tunnel (a tiny WebSocket client)
   go run ./loadtest -scenario ws-echo -target %[1]s/ws/
 
-  # rewriting: the api upstream reports the path it got, /v1/invoices
+  # rewriting: the api upstream reports the path it got, /api/v1/invoices (X-Forwarded-Prefix: /billing)
   curl -s '%[1]s/billing/invoices?page=2'
 `

@@ -245,6 +245,7 @@ func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) 
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	resp.Header.SetNoDefaultContentType(true)
+	resp.Header.DisableNormalizing() // the 101 goes on as the upstream wrote it
 	err = resp.ReadLimitBody(br, maxRelayedBodyBytes)
 	x.headerWait = time.Since(start)
 	if err != nil {

@@ -131,7 +131,7 @@ func main() {
 }
 
 // scenarios are the values of -scenario.
-var scenarios = []string{"small-get", "upload", "isolation", "slow-client", "upstream", "probe", "naive-proxy", "tcp-relay", "tunnel", "ws-echo"}
+var scenarios = []string{"small-get", "upload", "isolation", "slow-client", "upstream", "probe", "naive-proxy", "tcp-relay", "tunnel", "ws-echo", "ws-upstream"}
 
 func (o *options) validate() error {
 	if !slices.Contains(scenarios, o.scenario) {
@@ -193,6 +193,8 @@ func run(o options) error {
 		return tunnelScenario(o)
 	case "ws-echo":
 		return wsEchoClient(o)
+	case "ws-upstream":
+		return serveWSUpstream(o)
 	}
 	panic("BUG: loadtest: scenario " + o.scenario + " passed validation but has no runner")
 }

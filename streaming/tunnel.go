@@ -152,8 +152,9 @@ func (t *Tunnel) pipe(src, dst *TunnelEnd, moved *atomic.Int64, small []byte) er
 		}
 		n, err := r.Read(buf)
 		if n > 0 {
-			t.last.Store(time.Now().UnixNano())
-			if werr := t.write(dst.Conn, buf[:n], &wdl); werr != nil {
+			now := time.Now()
+			t.last.Store(now.UnixNano())
+			if werr := t.write(dst.Conn, buf[:n], now, &wdl); werr != nil {
 				return werr
 			}
 			moved.Add(int64(n))
@@ -203,11 +204,10 @@ func (t *Tunnel) armRead(c net.Conn, from time.Time) error {
 	return c.SetReadDeadline(from.Add(t.IdleTimeout))
 }
 
-// write writes p whole under the sliding write deadline *wdl.
-func (t *Tunnel) write(c net.Conn, p []byte, wdl *time.Time) error {
-	start := time.Now()
+// write writes p whole under the sliding write deadline *wdl; now is the time of the call.
+func (t *Tunnel) write(c net.Conn, p []byte, now time.Time, wdl *time.Time) error {
+	start := now
 	for len(p) > 0 {
-		now := time.Now()
 		if wdl.Sub(now) < t.IdleTimeout/2 {
 			*wdl = now.Add(t.IdleTimeout)
 			if err := c.SetWriteDeadline(*wdl); err != nil {
@@ -219,14 +219,15 @@ func (t *Tunnel) write(c net.Conn, p []byte, wdl *time.Time) error {
 		if err == nil {
 			continue
 		}
+		now = time.Now()
 		if !errors.Is(err, os.ErrDeadlineExceeded) {
 			return err
 		}
 		if n > 0 {
-			start = time.Now() // progress: the peer reads, slowly
+			start = now // progress: the peer reads, slowly
 			continue
 		}
-		if time.Since(start) >= t.IdleTimeout {
+		if now.Sub(start) >= t.IdleTimeout {
 			return ErrTunnelIdle
 		}
 	}
