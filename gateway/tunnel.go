@@ -63,7 +63,7 @@ const (
 
 var (
 	rejBadUpgrade = newRejection(fasthttp.StatusBadRequest, reasonBadRequest,
-		"400 Bad Request: a WebSocket upgrade needs Sec-WebSocket-Key and Sec-WebSocket-Version and no body", false)
+		"400 Bad Request: a WebSocket upgrade is an HTTP/1.1 request with Sec-WebSocket-Key and Sec-WebSocket-Version and no body", false)
 	rejWebSocketOff = newRejection(fasthttp.StatusNotImplemented, reasonBadRequest,
 		"501 Not Implemented: WebSocket upgrades are not enabled on this route", false)
 	rejTunnelLimit = newRejection(fasthttp.StatusServiceUnavailable, reasonTunnelLimit,
@@ -130,7 +130,8 @@ func checkUpgrade(h *fasthttp.RequestHeader, x *exchange) bool {
 		x.reject(rejUpgrade)
 		return false
 	}
-	if x.bodyAnnounced || len(h.PeekBytes(hdrSecWebSocketKey)) == 0 || len(h.PeekBytes(hdrSecWebSocketVersion)) == 0 {
+	// RFC 6455 4.1 and 4.2.1: a handshake has no body, both headers, and is HTTP/1.1.
+	if x.bodyAnnounced || len(h.PeekBytes(hdrSecWebSocketKey)) == 0 || len(h.PeekBytes(hdrSecWebSocketVersion)) == 0 || !h.IsHTTP11() {
 		x.reject(rejBadUpgrade)
 		return false
 	}

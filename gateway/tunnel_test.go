@@ -532,6 +532,7 @@ func TestUpgradesRefused(t *testing.T) {
 		{"with a body", "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" + key + "Content-Length: 5\r\n\r\nhello", 400},
 		{"chunked body", "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" + key + "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 400},
 		{"no key", "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\r\n", 400},
+		{"HTTP/1.0", "GET /ws HTTP/1.0\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" + key + "\r\n", 400},
 		{"no version", "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: " + wsKey + "\r\n\r\n", 400},
 	}
 	for _, c := range cases {
