@@ -198,6 +198,19 @@ func metricsText(t *testing.T, g *Gateway) string {
 	return b.String()
 }
 
+// waitMetric waits until the metrics hold line.
+func waitMetric(t *testing.T, g *Gateway, line string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(metricsText(t, g), line) {
+		if time.Now().After(deadline) {
+			t.Errorf("metrics lack %s", line)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func TestTunnelEchoMiBByteExact(t *testing.T) {
 	up := startWSUpstream(t, nil)
 	tg := startGateway(t, "", wsRoute(up.addr, ""))
@@ -238,6 +251,8 @@ func TestTunnelEchoMiBByteExact(t *testing.T) {
 	if b := <-got; !bytes.Equal(b, payload) {
 		t.Fatalf("echo: %d bytes back, equal %v", len(b), bytes.Equal(b, payload))
 	}
+	// Counted once written: the client may read the last bytes a moment before.
+	waitMetric(t, tg.g, `toron_tunnel_bytes_total{route="/ws",direction="to_client"} 1048576`)
 	m := metricsText(t, tg.g)
 	for _, want := range []string{
 		`toron_tunnels_active{route="/ws"} 1`,
