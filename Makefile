@@ -6,7 +6,7 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 FUZZTIME  ?= 30s
 PKGS      := ./...
 
-.PHONY: help build run test vet deps lint fuzz bench bench-go bench-compare bench-slowloris bench-upload bench-slow-target loadtest clean
+.PHONY: help build run test vet deps lint fuzz bench bench-go bench-compare bench-slowloris bench-upload bench-slow-target bench-tunnel loadtest clean
 
 help: #? list the targets
 	@grep -E '^[a-z-]+:.*#\?' $(MAKEFILE_LIST) | sed -E 's/:.*#\?/\t/' | sort
@@ -34,7 +34,7 @@ deps: #? fail when a leaf package imports conf, gateway, zap or another leaf
 fuzz: #? run each fuzz target for FUZZTIME
 	@bash scripts/fuzz.sh $(FUZZTIME)
 
-bench: bench-go bench-compare bench-slowloris bench-upload bench-slow-target #? Go benchmarks (-benchmem), the peer comparison, the slowloris run, the upload ratios and the slow-target run
+bench: bench-go bench-compare bench-slowloris bench-upload bench-slow-target bench-tunnel #? Go benchmarks (-benchmem), the peer comparison, the slowloris run, the upload ratios, the slow-target run and the tunnel run
 
 bench-go: #? Go benchmarks only
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
@@ -51,8 +51,11 @@ bench-upload: build #? 8 concurrent 200 MB uploads, direct vs Toron vs a naive f
 bench-slow-target: build #? one of 3 targets 20x slower: p2c against round_robin (share, /api p99), then a killed target (exit 3: a target missed)
 	$(GO) run ./loadtest -toron $(BIN) -scenario slow-target -rounds 3
 
+bench-tunnel: build #? WebSocket tunnels: echo through a tunnel vs a TCP relay, memory per idle tunnel, /api p99 with 2,000 idle tunnels (exit 3: a target missed)
+	$(GO) run ./loadtest -toron $(BIN) -scenario tunnel -rounds 5
+
 SCENARIO ?= small-get
-loadtest: build #? one load-test scenario: make loadtest SCENARIO=small-get|upload|isolation|slow-client
+loadtest: build #? one load-test scenario: make loadtest SCENARIO=small-get|upload|isolation|slow-client|tunnel
 	$(GO) run ./loadtest -toron $(BIN) -scenario $(SCENARIO)
 
 clean: #? remove build output

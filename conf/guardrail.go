@@ -82,6 +82,7 @@ func (c *Config) resolve() {
 			e.StreamRequestBody = StreamNever
 		}
 		resolveUpstream(r, &e)
+		resolveTunnel(r, &e)
 		r.Effective = e
 	}
 }
@@ -140,5 +141,6 @@ func (c *Config) warnings() []string {
 		out = append(out, fmt.Sprintf("elevated routes %s may hold %d workers together but share an elevated budget of %d: they cannot all be full at once",
 			strings.Join(parts, ", "), total, budget))
 	}
+	out = append(out, tunnelWarnings(c)...)
 	return out
 }

@@ -127,6 +127,19 @@ type Route struct {
 	// RateLimit is the per-client token bucket of SPEC 17; nil means no limit. The resolved
 	// value (burst and key defaulted) is Effective.RateLimit.
 	RateLimit *RateLimit `koanf:"rate_limit" json:"-"`
+	// WebSocket tunnels and path rewriting (SPEC 15, SPEC 16; conf/tunnel.go).
+	// Websocket lets WebSocket upgrades through this route; default false (they get a 501).
+	Websocket bool `koanf:"websocket" json:"-"`
+	// MaxTunnels bounds the open tunnels of the route (>= 1); nil means DefaultMaxTunnels.
+	MaxTunnels *int `koanf:"max_tunnels" json:"-"`
+	// TunnelIdleTimeout closes a tunnel that moved no byte either way for this long (> 0); nil
+	// means DefaultTunnelIdleTimeout.
+	TunnelIdleTimeout *time.Duration `koanf:"tunnel_idle_timeout" json:"-"`
+	// StripPrefix removes the route's prefix from the forwarded path; default false.
+	StripPrefix bool `koanf:"strip_prefix" json:"-"`
+	// AddPrefix is prepended to the forwarded path (after the strip); "" adds nothing. It
+	// starts with "/", has no trailing "/" and no "." or ".." segment.
+	AddPrefix string `koanf:"add_prefix" json:"-"`
 
 	// Effective holds the values in force for this route once defaults, overrides and the
 	// guardrail are applied.
@@ -192,4 +205,14 @@ type Effective struct {
 	Retries int `json:"retries"`
 	// RateLimit is the route's rate_limit with burst and key defaulted; nil means no limit.
 	RateLimit *RateLimit `json:"rate_limit,omitempty"`
+	// Websocket is the route's websocket key. MaxTunnels and TunnelIdleTimeout are its tunnel
+	// limits, set only when Websocket is true (SPEC 15).
+	Websocket         bool          `json:"websocket"`
+	MaxTunnels        int           `json:"max_tunnels,omitempty"`
+	TunnelIdleTimeout time.Duration `json:"tunnel_idle_timeout,omitempty"`
+	// StripPrefix and AddPrefix are the route's rewriting keys (SPEC 16); RewriteExamples shows
+	// what they do to example paths, for -check (nil when the route does not rewrite).
+	StripPrefix     bool             `json:"strip_prefix,omitempty"`
+	AddPrefix       string           `json:"add_prefix,omitempty"`
+	RewriteExamples []RewriteExample `json:"rewrite_examples,omitempty"`
 }

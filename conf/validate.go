@@ -422,6 +422,7 @@ func (l *loader) checkRoute(r *Route, in *routeInput, bad func(key, format strin
 		bad("stream_request_body", "false buffers every body in memory, which is refused with max_body_bytes above %d (8 MiB): it is %d here; remove the key to stream large bodies", MaxBufferedBodyBytes, r.Effective.MaxBodyBytes)
 	}
 	checkRateLimit(r, bad)
+	checkTunnelRoute(r, in, bad)
 }
 
 // defaultName is host + prefix, then a space and the methods when the route lists some:

@@ -59,6 +59,9 @@ type Upstreams struct {
 	// API2 is the "127.0.0.1:port" of the second API instance: /api is served by API and API2
 	// (SPEC 13), and POST /api/failover stops API2 for 30 s (failover.go).
 	API2 string
+	// WS is the "127.0.0.1:port" of the WebSocket echo upstream (ws.go).
+	WS string
+	ws *wsEcho
 
 	servers []*server
 	// done is closed when Close begins: waiting reports and body copies stop at once.
@@ -101,6 +104,12 @@ func Start() (*Upstreams, error) {
 		}
 		*s.addr = addr
 	}
+	ws, err := startWSEcho()
+	if err != nil {
+		_ = u.Close()
+		return nil, err
+	}
+	u.WS, u.ws = ws.addr(), ws
 	return u, nil
 }
 
@@ -185,6 +194,11 @@ func (u *Upstreams) Close() error {
 		close(shutDown)
 		cutter.Wait()
 		u.wg.Wait()
+		if u.ws != nil {
+			if err := u.ws.close(); err != nil {
+				errs = append(errs, fmt.Errorf("demo: cannot close the ws listener: %w", err))
+			}
+		}
 
 		u.serveMu.Lock()
 		errs = append(errs, u.serveErrs...)

@@ -372,6 +372,10 @@ func TestRoutesYAML(t *testing.T) {
 			RequestsPerSecond float64 `yaml:"requests_per_second"`
 			Burst             float64 `yaml:"burst"`
 		} `yaml:"rate_limit"`
+		Websocket         bool   `yaml:"websocket"`
+		TunnelIdleTimeout string `yaml:"tunnel_idle_timeout"`
+		StripPrefix       bool   `yaml:"strip_prefix"`
+		AddPrefix         string `yaml:"add_prefix"`
 	}
 	var doc struct {
 		Routes []route `yaml:"routes"`
@@ -392,6 +396,8 @@ func TestRoutesYAML(t *testing.T) {
 		{Type: "upstream", Prefix: "/legacy/stream-upload", Target: "http://" + u.Upload,
 			InboundChunkedMode: "passthrough", MaxBodyBytes: 524288000, ReadTimeout: "15s", StreamRequestBody: &yes},
 		{Type: "upstream", Prefix: "/api/limited", Target: "http://" + u.API},
+		{Type: "upstream", Prefix: "/ws", Target: "http://" + u.WS, Websocket: true, TunnelIdleTimeout: "60s"},
+		{Type: "upstream", Prefix: "/billing", Target: "http://" + u.API, StripPrefix: true, AddPrefix: "/api/v1"},
 	}
 	want[4].RateLimit.RequestsPerSecond, want[4].RateLimit.Burst = 1, 3
 	if len(doc.Routes) != len(want) {
@@ -422,6 +428,9 @@ func TestBanner(t *testing.T) {
 		"-H 'Transfer-Encoding: chunked' http://127.0.0.1:8080/legacy/stream-upload",
 		"-w '%{http_code}\\n'",
 		"-w '%{http_code} ' http://127.0.0.1:8080/api/limited/x",
+		"-H 'Upgrade: websocket' -H 'Sec-WebSocket-Version: 13' -H 'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==' http://127.0.0.1:8080/ws/",
+		"go run ./loadtest -scenario ws-echo -target http://127.0.0.1:8080/ws/",
+		"'http://127.0.0.1:8080/billing/invoices?page=2'",
 	} {
 		if !strings.Contains(b, s) {
 			t.Errorf("banner lacks %q:\n%s", s, b)

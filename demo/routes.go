@@ -55,7 +55,7 @@ routes:
 
 // RoutesYAML returns a routes.yaml document with the seed's recipes pointed at these upstreams.
 func (u *Upstreams) RoutesYAML() []byte {
-	return fmt.Appendf(nil, routesTemplate, u.API, u.Reports, u.Upload, u.API2)
+	return fmt.Appendf(fmt.Appendf(nil, routesTemplate, u.API, u.Reports, u.Upload, u.API2), wsRoutesTemplate, u.API, u.WS)
 }
 
 // bannerTemplate is the startup text. The %[n]s verbs: 1 gateway URL, 2 api, 3 reports,
@@ -122,11 +122,12 @@ Try:
   # rate limit: 5 quick calls give 200 200 200 429 429 (a token a second, bursts of 3)
   for i in 1 2 3 4 5; do curl -s -o /dev/null -w '%%{http_code} ' %[1]s/api/limited/x; done; echo
 
-Not built (SPEC 11): TLS, HTTP/2, WebSocket (501), path rewriting.
+Not built (SPEC 11): TLS, HTTP/2.
 `
 
 // Banner returns the text printed at startup: what runs where and curl commands to try, given the
 // gateway's base URL (e.g. "http://127.0.0.1:8080").
 func (u *Upstreams) Banner(gatewayURL string) string {
-	return fmt.Sprintf(bannerTemplate, strings.TrimRight(gatewayURL, "/"), u.API, u.Reports, u.Upload, u.API2)
+	base := strings.TrimRight(gatewayURL, "/")
+	return fmt.Sprintf(bannerTemplate, base, u.API, u.Reports, u.Upload, u.API2) + fmt.Sprintf(wsBannerTemplate, base)
 }

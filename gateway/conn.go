@@ -36,6 +36,11 @@ func newListener(ln net.Listener, g *Gateway) *listener {
 // Accept wraps each accepted connection in a clientConn.
 func (l *listener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
+	for err == nil && l.g.tunnels.refuse(l.open.Load()) {
+		// Open tunnels count in max_connections, and fasthttp no longer counts them (tunnel.go).
+		_ = c.Close()
+		c, err = l.Listener.Accept()
+	}
 	if err != nil {
 		return nil, err
 	}

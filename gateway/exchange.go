@@ -94,6 +94,8 @@ type exchange struct {
 	untrustedPeer bool       // trusted_proxies is set and the peer is not in it: they are dropped
 	realIP        []byte     // X-Real-IP's value, reused
 	retryAfter    []byte     // the Retry-After of a rate_limit 429 (ratelimit.go)
+
+	ws wsState // a WebSocket upgrade's handshake (tunnel.go)
 }
 
 // begin starts the exchange of a new request on this connection. A previous request that was
@@ -123,6 +125,7 @@ func (x *exchange) begin(g *Gateway, ctx *fasthttp.RequestCtx) {
 	x.method = x.method[:0]
 	x.reqID = x.reqID[:0]
 	x.clientIP = netip.Addr{}
+	x.ws.reset()
 	x.active.Store(true)
 }
 
@@ -186,6 +189,7 @@ func (x *exchange) finish() {
 		x.upTarget = nil
 		t.Done(up.OutcomeOf(x.upStatus), x.upStatus)
 	}
+	x.ws.release(x)
 	if x.holdsWorker {
 		x.holdsWorker = false
 		g.workers.Release()

@@ -49,6 +49,8 @@ type Gateway struct {
 	draining atomic.Bool
 	reqSeq   atomic.Uint64
 	idPrefix string
+
+	tunnels *tunnelRegistry // open WebSocket tunnels (tunnel.go)
 }
 
 // snapshot is one immutable route table with the configuration it came from. A request keeps
@@ -77,6 +79,11 @@ type route struct {
 	host string
 	// rl is the route's rate_limit, nil without one (ratelimit.go).
 	rl *routeRateLimit
+
+	// rw is the route's path rewriting (rewrite.go); tun its tunnel state, nil without
+	// websocket: true (tunnel.go).
+	rw  rewrite
+	tun *tunnelStats
 }
 
 // poolOf returns the connection pool of one of the route's targets.
@@ -115,6 +122,7 @@ func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
 	g.resolver.Dialer.KeepAlive = 30 * time.Second
 	g.onUpstreamEvent = logUpstreamEvent(log)
 	g.access.Store(cfg.Log.Access)
+	g.tunnels = newTunnelRegistry(g, set)
 	g.none = g.stats.get(noRoute)
 	g.reloads = set.NewCounter(metricReloads)
 	g.reloadKO = set.NewCounter(metricReloadErrors)
@@ -210,6 +218,7 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, er
 		st := g.stats.get(rc.Name)
 		rt := &route{name: rc.Name, eff: rc.Effective, stats: st, set: set, conf: rc, server: &cfg.Server, host: set.Targets()[0].Addr()}
 		rt.rl = g.rateLimitOf(rc, st)
+		rt.rw, rt.tun = newRewrite(rc), g.tunnels.stats(rc)
 		snap.routes = append(snap.routes, rt)
 		entries[i] = tableEntry{Host: rc.Host, Prefix: rc.Prefix, Methods: rc.Methods}
 	}
@@ -222,6 +231,7 @@ func (g *Gateway) applySnapshot(snap *snapshot) {
 	for _, r := range snap.routes {
 		r.stats.bulkhead.SetMax(r.eff.MaxConcurrency)
 		r.rl.apply()
+		r.applyTunnelLimit()
 	}
 	g.budget.SetMax(snap.cfg.ElevatedBudget())
 	g.snap.Store(snap)
@@ -307,6 +317,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	if err != nil && l != nil {
 		l.closeAll()
 	}
+	// Tunnels were left open until now (SPEC 15); what is left ends here, its goroutines
+	// waited for.
+	g.tunnels.closeAll()
 	// The targets' health checkers stop and their pools close their idle connections; a
 	// connection still lent closes when its request ends.
 	for _, r := range g.snap.Load().routes {

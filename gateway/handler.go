@@ -120,8 +120,10 @@ func (g *Gateway) decide(h *fasthttp.RequestHeader, x *exchange) {
 		return
 	}
 	if len(h.Peek(fasthttp.HeaderUpgrade)) > 0 || h.IsConnect() {
-		x.reject(rejUpgrade)
-		return
+		// A WebSocket upgrade goes on to routing; any other upgrade is refused (tunnel.go).
+		if !checkUpgrade(h, x) {
+			return
+		}
 	}
 
 	// Step 4: route.
@@ -133,6 +135,10 @@ func (g *Gateway) decide(h *fasthttp.RequestHeader, x *exchange) {
 	r := snap.routes[i]
 	x.route = r
 	x.stats = r.stats
+	if x.ws.upgrade && r.tun == nil {
+		x.reject(rejWebSocketOff)
+		return
+	}
 
 	// Step 5: Tier 1, the declared length.
 	if int64(cl) > r.eff.MaxBodyBytes {
@@ -143,6 +149,10 @@ func (g *Gateway) decide(h *fasthttp.RequestHeader, x *exchange) {
 	// Step 6: admission. The client's rate limit first (SPEC 17), never queued.
 	if r.rl != nil && !r.rl.allow(h, x) {
 		x.reject(rejRateLimited)
+		return
+	}
+	if x.ws.upgrade {
+		g.admitTunnel(x)
 		return
 	}
 	if err := g.admit(x); err != nil {
@@ -279,6 +289,8 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 			ctx.SetConnectionClose()
 		}
 		x.finish()
+	case x.ws.upgrade:
+		g.tunnel(ctx, cc, x)
 	default:
 		g.proxy(ctx, cc, x)
 	}

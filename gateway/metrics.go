@@ -51,6 +51,7 @@ const (
 	reasonClientAbort
 	reasonRateLimited
 	reasonProxyProtocol
+	reasonTunnelLimit
 	numReasons
 )
 
@@ -70,6 +71,7 @@ var reasonNames = [numReasons]string{
 	reasonClientAbort:      "client_abort",
 	reasonRateLimited:      "rate_limited",
 	reasonProxyProtocol:    "proxy_protocol",
+	reasonTunnelLimit:      "tunnel_limit",
 }
 
 func (r reason) String() string { return reasonNames[r] }

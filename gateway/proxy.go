@@ -187,7 +187,7 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 	out := &req.Header
 	out.SetMethodBytes(in.Method())
 
-	uri := append(x.scratch[:0], x.path...)
+	uri := x.route.appendForwardPath(x.scratch[:0], x.path) // strip_prefix, add_prefix (rewrite.go)
 	if x.asterisk {
 		uri = append(uri[:0], '*')
 	}
@@ -241,6 +241,7 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 	}
 	x.forwardIdentity(in, out) // SPEC 16: X-Real-IP; a trusted peer's X-Forwarded-Proto/Host
 	out.SetBytesKV(headerRequestID, x.reqID)
+	x.route.setForwardedPrefix(out)
 }
 
 // appendRemoteIP appends the client's IP address as text, without allocating for IPv4.

@@ -36,7 +36,7 @@ func TestRejectionsThroughListener(t *testing.T) {
 		{"TE gzip", "POST /api HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 400, `{"error":"400 Bad Request: malformed request"}`, true},
 		{"TE twice", "POST /api HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400, `{"error":"400 Bad Request: malformed request"}`, true},
 		{"space before colon", "GET /api HTTP/1.1\r\nHost: a\r\nX-A : 1\r\n\r\n", 400, `{"error":"400 Bad Request: malformed request"}`, true},
-		{"upgrade", "GET /api HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", 501, `{"error":"501 Not Implemented: connection upgrades are not supported"}`, true},
+		{"upgrade", "GET /api HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n", 501, `{"error":"501 Not Implemented: connection upgrades are not supported"}`, true},
 		{"tier-1 413", "POST /small HTTP/1.1\r\nHost: a\r\nContent-Length: 101\r\n\r\n", 413, `{"error":"413 Payload Too Large: request Content-Length exceeds effective route limit"}`, true},
 	}
 	for _, tc := range cases {

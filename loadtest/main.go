@@ -68,6 +68,9 @@ type options struct {
 	probeTimeout time.Duration
 	minOKPercent float64
 	label        string
+
+	tunnels     int
+	tunnelBytes int64
 }
 
 // errMissed is returned by a scenario that ran but missed its target.
@@ -79,7 +82,7 @@ func main() {
 	fs.StringVar(&o.toron, "toron", "bin/toron", "gateway binary to start")
 	fs.StringVar(&o.peer, "peer", "toron", "isolation: the server to measure, toron or nginx (loadtest/peers/nginx.conf, for reference)")
 	fs.StringVar(&o.nginx, "nginx", "nginx", "nginx binary for -peer nginx")
-	fs.StringVar(&o.scenario, "scenario", "", "small-get, upload, isolation, slow-client, slow-target; helpers: upstream, probe")
+	fs.StringVar(&o.scenario, "scenario", "", "small-get, upload, isolation, slow-client, slow-target, tunnel; helpers: upstream, probe, ws-echo")
 	fs.StringVar(&o.out, "out", "out/loadtest", "folder for the plots, tables and the gateway's log")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of each measured phase")
 	fs.StringVar(&o.target, "target", "", "measure this running server (base URL on 127.0.0.1; for upload the full URL) instead of starting the gateway")
@@ -108,6 +111,8 @@ func main() {
 	fs.DurationVar(&o.probeTimeout, "probe-timeout", time.Second, "probe: time limit of one probe")
 	fs.Float64Var(&o.minOKPercent, "min-ok", 99, "probe: target share of 200 answers, percent")
 	fs.StringVar(&o.label, "label", "", "probe, upload with -target: name of the measured server in the table")
+	fs.IntVar(&o.tunnels, "tunnels", 2000, "tunnel: idle WebSocket tunnels held open for the memory and /api p99 measurements")
+	fs.Int64Var(&o.tunnelBytes, "tunnel-bytes", 64<<20, "tunnel: bytes each echo connection sends (and reads back) per round")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
@@ -128,7 +133,7 @@ func main() {
 }
 
 // scenarios are the values of -scenario.
-var scenarios = []string{"small-get", "upload", "isolation", "slow-client", "slow-target", "upstream", "probe", "naive-proxy", "tcp-relay"}
+var scenarios = []string{"small-get", "upload", "isolation", "slow-client", "slow-target", "upstream", "probe", "naive-proxy", "tcp-relay", "tunnel", "ws-echo", "ws-upstream"}
 
 func (o *options) validate() error {
 	if !slices.Contains(scenarios, o.scenario) {
@@ -188,6 +193,12 @@ func run(o options) error {
 		return serveNaiveProxy(o)
 	case "tcp-relay":
 		return serveTCPRelay(o)
+	case "tunnel":
+		return tunnelScenario(o)
+	case "ws-echo":
+		return wsEchoClient(o)
+	case "ws-upstream":
+		return serveWSUpstream(o)
 	}
 	panic("BUG: loadtest: scenario " + o.scenario + " passed validation but has no runner")
 }

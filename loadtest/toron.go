@@ -35,6 +35,9 @@ type RouteOptions struct {
 	Upstream string
 	// ReportsMaxConcurrency is the bulkhead of /legacy/reports (the seed's recipe: 8).
 	ReportsMaxConcurrency int
+	// WSUpstream, when set, adds a websocket route /ws to it with MaxTunnels (tunnel.go).
+	WSUpstream string
+	MaxTunnels int
 }
 
 // configTemplate keeps Toron's defaults (SPEC 2) except what a load test must set: a loopback
@@ -74,6 +77,14 @@ routes:
     max_concurrency: 16
     read_timeout: 10s
     stream_request_body: true
+{{- if .WSUpstream}}
+  - type: "upstream"
+    name: "ws"
+    prefix: "/ws"
+    target: "http://{{.WSUpstream}}"
+    websocket: true
+    max_tunnels: {{.MaxTunnels}}
+{{- end}}
 `))
 
 // Toron is a started gateway process.

@@ -1,0 +1,92 @@
+package demo
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// clientFrame is a masked client frame (RFC 6455 5.3).
+func clientFrame(op byte, payload []byte) []byte {
+	mask := [4]byte{1, 2, 3, 4}
+	f := []byte{0x80 | op}
+	switch n := len(payload); {
+	case n < 126:
+		f = append(f, 0x80|byte(n))
+	default:
+		f = append(f, 0x80|126, byte(n>>8), byte(n))
+	}
+	f = append(f, mask[:]...)
+	for i, b := range payload {
+		f = append(f, b^mask[i%4])
+	}
+	return f
+}
+
+func TestWSEcho(t *testing.T) {
+	u := startUpstreams(t)
+	c, err := net.Dial("tcp", u.WS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = io.WriteString(c, "GET /ws/ HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The accept key of RFC 6455 1.3's example.
+	if resp.StatusCode != 101 || resp.Header.Get("Sec-WebSocket-Accept") != "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" {
+		t.Fatalf("handshake: %d %v", resp.StatusCode, resp.Header)
+	}
+	big := bytes.Repeat([]byte("x"), 1000)
+	for _, m := range []struct {
+		op      byte
+		payload []byte
+		wantOp  byte
+	}{{wsOpText, []byte("hello"), wsOpText}, {0x2, big, 0x2}, {wsOpPing, []byte("p"), wsOpPong}, {wsOpClose, []byte{3, 232}, wsOpClose}} {
+		if _, err := c.Write(clientFrame(m.op, m.payload)); err != nil {
+			t.Fatal(err)
+		}
+		h := make([]byte, 2)
+		if _, err := io.ReadFull(br, h); err != nil {
+			t.Fatal(err)
+		}
+		n := int(h[1] & 0x7f)
+		if n == 126 {
+			ext := make([]byte, 2)
+			_, _ = io.ReadFull(br, ext)
+			n = int(ext[0])<<8 | int(ext[1])
+		}
+		p := make([]byte, n)
+		if _, err := io.ReadFull(br, p); err != nil {
+			t.Fatal(err)
+		}
+		if h[0] != 0x80|m.wantOp || h[1]&0x80 != 0 || !bytes.Equal(p, m.payload) {
+			t.Errorf("op %x: got header %x, %d bytes", m.op, h, len(p))
+		}
+	}
+	if _, err := br.ReadByte(); err == nil {
+		t.Error("connection open after the close frame")
+	}
+}
+
+func TestWSRefusesPlainHTTP(t *testing.T) {
+	u := startUpstreams(t)
+	resp, err := http.Get("http://" + u.WS + "/ws/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 426 || !strings.Contains(string(b), "WebSocket") {
+		t.Errorf("%d %s", resp.StatusCode, b)
+	}
+}

@@ -1,0 +1,599 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha1"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// wsUpstream is a raw TCP upstream that reads one request head per connection and hands the
+// connection to its handler (default: a WebSocket handshake, then an echo of every byte). The
+// tunnel is byte-transparent, so the echo needs no framing, and byte-exactness is checkable.
+type wsUpstream struct {
+	addr  string
+	ln    net.Listener
+	conns atomic.Int64
+	heads chan string
+	wg    sync.WaitGroup
+
+	mu   sync.Mutex
+	open map[net.Conn]struct{}
+}
+
+type wsHandler func(c net.Conn, br *bufio.Reader, head string)
+
+func startWSUpstream(t *testing.T, h wsHandler) *wsUpstream {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h == nil {
+		h = wsEcho
+	}
+	u := &wsUpstream{addr: ln.Addr().String(), ln: ln, heads: make(chan string, 256), open: map[net.Conn]struct{}{}}
+	u.wg.Add(1)
+	go func() {
+		defer u.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u.conns.Add(1)
+			u.mu.Lock()
+			u.open[c] = struct{}{}
+			u.mu.Unlock()
+			u.wg.Add(1)
+			go func() {
+				defer u.wg.Done()
+				defer func() {
+					u.mu.Lock()
+					delete(u.open, c)
+					u.mu.Unlock()
+					c.Close()
+				}()
+				br := bufio.NewReader(c)
+				head, err := readHead(br)
+				if err != nil {
+					return
+				}
+				select {
+				case u.heads <- head:
+				default:
+				}
+				h(c, br, head)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		u.mu.Lock()
+		for c := range u.open {
+			c.Close()
+		}
+		u.mu.Unlock()
+		u.wg.Wait()
+	})
+	return u
+}
+
+func readHead(br *bufio.Reader) (string, error) {
+	var b strings.Builder
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return "", err
+		}
+		b.WriteString(line)
+		if line == "\r\n" {
+			return b.String(), nil
+		}
+	}
+}
+
+// headerOf returns the value of header name in a raw head ("" when absent).
+func headerOf(head, name string) string {
+	for _, line := range strings.Split(head, "\r\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok && strings.EqualFold(k, name) {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// acceptKey is Sec-WebSocket-Accept for key (RFC 6455 4.2.2).
+func acceptKey(key string) string {
+	h := sha1.Sum([]byte(key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+	return base64.StdEncoding.EncodeToString(h[:])
+}
+
+func switchingHead(head string) string {
+	return "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " +
+		acceptKey(headerOf(head, "Sec-WebSocket-Key")) + "\r\nSec-WebSocket-Protocol: chat\r\n\r\n"
+}
+
+// wsEcho answers the handshake and echoes every byte.
+func wsEcho(c net.Conn, br *bufio.Reader, head string) {
+	if _, err := io.WriteString(c, switchingHead(head)); err != nil {
+		return
+	}
+	_, _ = io.Copy(c, br)
+}
+
+const wsKey = "dGhlIHNhbXBsZSBub25jZQ=="
+
+func upgradeRequest(path string, extra ...string) string {
+	return "GET " + path + " HTTP/1.1\r\nHost: example.test\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n" +
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + wsKey + "\r\nSec-WebSocket-Protocol: chat\r\n" + strings.Join(extra, "") + "\r\n"
+}
+
+// openTunnel sends an upgrade on a new connection and reads the answer head. The connection is
+// closed when the test ends; after a 101, br holds what followed it.
+func openTunnel(t *testing.T, addr, req string) (net.Conn, *bufio.Reader, *http.Response) {
+	t.Helper()
+	c := dialRaw(t, addr)
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
+	if err != nil {
+		t.Fatalf("read handshake answer: %v", err)
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	return c, br, resp
+}
+
+func wsRoute(addr, extra string) string {
+	return upstreamRoute("/ws", addr, "websocket: true\n"+extra)
+}
+
+// tunnelLeakBaseline is taken once the gateway and upstreams run: goroutines beyond it after
+// the tunnels ended are leaks. fasthttp's idle connection workers are pooled and park by
+// design.
+func tunnelLeakBaseline() []goleak.Option {
+	return []goleak.Option{
+		goleak.IgnoreCurrent(),
+		goleak.IgnoreTopFunction("github.com/valyala/fasthttp.(*workerPool).workerFunc"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).getCh.func1"),
+		goleak.IgnoreTopFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"), // idle keep-alive conns of other requests
+	}
+}
+
+// waitTunnels waits until the gateway counts n open tunnels.
+func waitTunnels(t *testing.T, g *Gateway, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for g.tunnels.count.Load() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("open tunnels: %d, want %d", g.tunnels.count.Load(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func metricsText(t *testing.T, g *Gateway) string {
+	t.Helper()
+	var b bytes.Buffer
+	g.Metrics().WritePrometheus(&b)
+	return b.String()
+}
+
+// waitMetric waits until the metrics hold line.
+func waitMetric(t *testing.T, g *Gateway, line string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(metricsText(t, g), line) {
+		if time.Now().After(deadline) {
+			t.Errorf("metrics lack %s", line)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestTunnelEchoMiBByteExact(t *testing.T) {
+	up := startWSUpstream(t, nil)
+	tg := startGateway(t, "", wsRoute(up.addr, ""))
+	c, br, resp := openTunnel(t, tg.addr, upgradeRequest("/ws/chat?room=1"))
+	if resp.StatusCode != 101 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if resp.Header.Get("Upgrade") != "websocket" || resp.Header.Get("Connection") != "Upgrade" ||
+		resp.Header.Get("Sec-WebSocket-Accept") != acceptKey(wsKey) || resp.Header.Get("Sec-WebSocket-Protocol") != "chat" ||
+		resp.Header.Get("X-Request-Id") == "" {
+		t.Errorf("101 headers: %v", resp.Header)
+	}
+	head := <-up.heads
+	for _, want := range []string{"GET /ws/chat?room=1 HTTP/1.1\r\n", "Upgrade: websocket\r\n", "Connection: Upgrade\r\n",
+		"Sec-WebSocket-Key: " + wsKey + "\r\n", "Sec-WebSocket-Version: 13\r\n", "X-Forwarded-For: 127.0.0.1\r\n",
+		"X-Forwarded-Proto: http\r\n", "X-Forwarded-Host: example.test\r\n", "Host: example.test\r\n"} {
+		if !strings.Contains(strings.ToLower(head), strings.ToLower(want)) { // fasthttp writes Sec-Websocket-Key
+			t.Errorf("handshake upstream lacks %q:\n%s", want, head)
+		}
+	}
+	if strings.Contains(strings.ToLower(head), "keep-alive") {
+		t.Errorf("hop-by-hop token forwarded:\n%s", head)
+	}
+
+	const size = 1 << 20
+	payload := make([]byte, size)
+	_, _ = rand.Read(payload)
+	got := make(chan []byte, 1)
+	go func() {
+		b := make([]byte, size)
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		n, _ := io.ReadFull(br, b)
+		got <- b[:n]
+	}()
+	if _, err := c.Write(payload); err != nil {
+		t.Fatal(err)
+	}
+	if b := <-got; !bytes.Equal(b, payload) {
+		t.Fatalf("echo: %d bytes back, equal %v", len(b), bytes.Equal(b, payload))
+	}
+	// Counted once written: the client may read the last bytes a moment before.
+	waitMetric(t, tg.g, `toron_tunnel_bytes_total{route="/ws",direction="to_client"} 1048576`)
+	m := metricsText(t, tg.g)
+	for _, want := range []string{
+		`toron_tunnels_active{route="/ws"} 1`,
+		`toron_tunnel_bytes_total{route="/ws",direction="to_upstream"} 1048576`,
+		`toron_tunnel_bytes_total{route="/ws",direction="to_client"} 1048576`,
+		`toron_requests_total{route="/ws",code="101"} 1`,
+		`toron_workers_busy 0`,
+		`toron_route_inflight{route="/ws"} 0`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	c.Close()
+	waitTunnels(t, tg.g, 0)
+}
+
+// TestTunnelKeepsBufferedBytes: bytes the client sent right behind its request (fasthttp has
+// them in its read buffer), and bytes the upstream sent right behind its 101 (in Toron's head
+// reader), reach the other side.
+func TestTunnelKeepsBufferedBytes(t *testing.T) {
+	up := startWSUpstream(t, func(c net.Conn, br *bufio.Reader, head string) {
+		// The 101 and a first frame in one write; then the client's early bytes, echoed.
+		if _, err := io.WriteString(c, switchingHead(head)+"hello-from-upstream"); err != nil {
+			return
+		}
+		_, _ = io.Copy(c, br)
+	})
+	tg := startGateway(t, "", wsRoute(up.addr, ""))
+	c, br, resp := openTunnel(t, tg.addr, upgradeRequest("/ws")+"early-client-bytes")
+	if resp.StatusCode != 101 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	want := "hello-from-upstream" + "early-client-bytes"
+	b := make([]byte, len(want))
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(br, b); err != nil || string(b) != want {
+		t.Fatalf("got %q, %v; want %q", b, err, want)
+	}
+}
+
+// TestTunnelsHoldNoWorker: 40 open idle tunnels on a gateway of 8 workers, while /api and
+// /health answer at once.
+func TestTunnelsHoldNoWorker(t *testing.T) {
+	up := startWSUpstream(t, nil)
+	api := startUpstream(t, nil)
+	tg := startGateway(t, "worker_pool_size: 8\n", wsRoute(up.addr, "max_concurrency: 2\n")+upstreamRoute("/api", api.addr, ""))
+	const n = 40
+	for i := range n {
+		_, _, resp := openTunnel(t, tg.addr, upgradeRequest(fmt.Sprintf("/ws/%d", i)))
+		if resp.StatusCode != 101 {
+			t.Fatalf("tunnel %d: status %d", i, resp.StatusCode)
+		}
+	}
+	waitTunnels(t, tg.g, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			path := "/api/x"
+			if i%2 == 1 {
+				path = "/health"
+			}
+			start := time.Now()
+			resp, err := http.Get("http://" + tg.addr + path)
+			if err != nil {
+				errs <- err
+				return
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 || time.Since(start) > 5*time.Second {
+				errs <- fmt.Errorf("%s: %d after %s", path, resp.StatusCode, time.Since(start))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	m := metricsText(t, tg.g)
+	for _, want := range []string{`toron_tunnels_active{route="/ws"} 40`, `toron_workers_busy 0`, `toron_route_inflight{route="/ws"} 0`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+func TestTunnelLimit(t *testing.T) {
+	up := startWSUpstream(t, nil)
+	tg := startGateway(t, "", wsRoute(up.addr, "max_tunnels: 2\n"))
+	c1, _, r1 := openTunnel(t, tg.addr, upgradeRequest("/ws"))
+	_, _, r2 := openTunnel(t, tg.addr, upgradeRequest("/ws"))
+	if r1.StatusCode != 101 || r2.StatusCode != 101 {
+		t.Fatalf("first two: %d %d", r1.StatusCode, r2.StatusCode)
+	}
+	before := up.conns.Load()
+	_, _, r3 := openTunnel(t, tg.addr, upgradeRequest("/ws"))
+	body, _ := io.ReadAll(r3.Body)
+	if r3.StatusCode != 503 || string(body) != `{"error":"503 Service Unavailable: Route tunnel limit reached"}` ||
+		r3.Header.Get("Retry-After") != "5" || r3.Header.Get("Content-Type") != "application/json" {
+		t.Errorf("third: %d %v %s", r3.StatusCode, r3.Header, body)
+	}
+	if up.conns.Load() != before {
+		t.Errorf("a refused upgrade reached the upstream")
+	}
+	if m := metricsText(t, tg.g); !strings.Contains(m, `toron_rejected_total{route="/ws",reason="tunnel_limit"} 1`) {
+		t.Errorf("no tunnel_limit reject counted")
+	}
+	c1.Close()
+	waitTunnels(t, tg.g, 1)
+	_, _, r4 := openTunnel(t, tg.addr, upgradeRequest("/ws"))
+	if r4.StatusCode != 101 {
+		t.Errorf("after a close: %d", r4.StatusCode)
+	}
+}
+
+// TestTunnelIdleTimeout: a silent tunnel is closed after tunnel_idle_timeout, both sides; one
+// with a byte every 300ms (either direction) lives on.
+func TestTunnelIdleTimeout(t *testing.T) {
+	up := startWSUpstream(t, nil)
+	tg := startGateway(t, "", wsRoute(up.addr, "tunnel_idle_timeout: 1s\n"))
+	base := tunnelLeakBaseline()
+
+	idle, idleBR, r1 := openTunnel(t, tg.addr, upgradeRequest("/ws"))
+	busy, busyBR, r2 := openTunnel(t, tg.addr, upgradeRequest("/ws"))
+	if r1.StatusCode != 101 || r2.StatusCode != 101 {
+		t.Fatalf("%d %d", r1.StatusCode, r2.StatusCode)
+	}
+	start := time.Now()
+	closed := make(chan time.Duration, 1)
+	go func() {
+		_ = idle.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err := idleBR.ReadByte()
+		if err != nil && !isTimeout(err) {
+			closed <- time.Since(start)
+			return
+		}
+		closed <- -1
+	}()
+	for i := 0; time.Since(start) < 3*time.Second; i++ {
+		if _, err := busy.Write([]byte{'x'}); err != nil {
+			t.Fatalf("busy tunnel write %d after %s: %v", i, time.Since(start), err)
+		}
+		_ = busy.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := busyBR.ReadByte(); err != nil {
+			t.Fatalf("busy tunnel echo %d after %s: %v", i, time.Since(start), err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	switch d := <-closed; {
+	case d < 0:
+		t.Fatal("idle tunnel not closed")
+	case d < 900*time.Millisecond || d > 5*time.Second:
+		t.Errorf("idle tunnel closed after %s, want about 1s", d)
+	}
+	waitTunnels(t, tg.g, 1)
+	busy.Close()
+	waitTunnels(t, tg.g, 0)
+	goleak.VerifyNone(t, base...)
+}
+
+// TestTunnelEndsEveryWay: a tunnel ended by the client, by the upstream, or by the gateway's
+// shutdown leaves no goroutine and closes the other side.
+func TestTunnelEndsEveryWay(t *testing.T) {
+	t.Run("client close", func(t *testing.T) {
+		up := startWSUpstream(t, nil)
+		tg := startGateway(t, "", wsRoute(up.addr, ""))
+		base := tunnelLeakBaseline()
+		c, _, resp := openTunnel(t, tg.addr, upgradeRequest("/ws"))
+		if resp.StatusCode != 101 {
+			t.Fatal(resp.StatusCode)
+		}
+		waitTunnels(t, tg.g, 1)
+		c.Close()
+		waitTunnels(t, tg.g, 0)
+		goleak.VerifyNone(t, base...) // the upstream's echo goroutine saw the close too
+	})
+	t.Run("upstream close", func(t *testing.T) {
+		up := startWSUpstream(t, func(c net.Conn, br *bufio.Reader, head string) {
+			_, _ = io.WriteString(c, switchingHead(head)+"bye")
+			// returning closes the connection
+		})
+		tg := startGateway(t, "", wsRoute(up.addr, ""))
+		base := tunnelLeakBaseline()
+		c, br, resp := openTunnel(t, tg.addr, upgradeRequest("/ws"))
+		if resp.StatusCode != 101 {
+			t.Fatal(resp.StatusCode)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		rest, err := io.ReadAll(br)
+		if err != nil || string(rest) != "bye" {
+			t.Errorf("client read %q, %v; want the bytes in flight, then the close", rest, err)
+		}
+		waitTunnels(t, tg.g, 0)
+		goleak.VerifyNone(t, base...)
+	})
+	t.Run("shutdown", func(t *testing.T) {
+		up := startWSUpstream(t, nil)
+		tg := startGateway(t, "", wsRoute(up.addr, ""))
+		base := tunnelLeakBaseline()
+		c, br, resp := openTunnel(t, tg.addr, upgradeRequest("/ws"))
+		if resp.StatusCode != 101 {
+			t.Fatal(resp.StatusCode)
+		}
+		tg.g.Drain()
+		// Draining leaves tunnels open.
+		if _, err := c.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 4)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(br, b); err != nil || string(b) != "ping" {
+			t.Fatalf("tunnel during drain: %q %v", b, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		start := time.Now()
+		err := tg.g.Shutdown(ctx)
+		if err == nil || time.Since(start) < 900*time.Millisecond {
+			t.Errorf("shutdown returned %v after %s: the tunnel should be waited for until the timeout", err, time.Since(start))
+		}
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := br.ReadByte(); err == nil || isTimeout(err) {
+			t.Errorf("tunnel still open after shutdown: %v", err)
+		}
+		serveErr := <-tg.done
+		tg.done <- serveErr // for the cleanup
+		closeIdleUpstreams(tg.g)
+		goleak.VerifyNone(t, append(base, goleak.IgnoreTopFunction("github.com/valyala/fasthttp.(*Server).Serve"))...)
+	})
+}
+
+// TestTunnelRefusedByUpstream: any answer but a 101 is relayed as an ordinary response, and
+// the upstream connection is closed; no tunnel opens.
+func TestTunnelRefusedByUpstream(t *testing.T) {
+	upClosed := make(chan bool, 1)
+	up := startWSUpstream(t, func(c net.Conn, br *bufio.Reader, head string) {
+		_, _ = io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: 9\r\n\r\nforbidden")
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err := br.ReadByte()
+		upClosed <- err == io.EOF
+	})
+	tg := startGateway(t, "", wsRoute(up.addr, ""))
+	c, br, resp := openTunnel(t, tg.addr, upgradeRequest("/ws"))
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 403 || string(body) != "forbidden" || resp.Header.Get("Upgrade") != "" {
+		t.Errorf("relayed: %d %v %q", resp.StatusCode, resp.Header, body)
+	}
+	if !<-upClosed {
+		t.Error("upstream connection not closed after a refused handshake")
+	}
+	if n := tg.g.tunnels.count.Load(); n != 0 {
+		t.Errorf("%d tunnels open", n)
+	}
+	// The client connection is an ordinary keep-alive connection again.
+	if _, err := io.WriteString(c, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	r2, err := http.ReadResponse(br, nil)
+	if err != nil || r2.StatusCode != 200 {
+		t.Errorf("next request: %v %v", r2, err)
+	}
+	if m := metricsText(t, tg.g); !strings.Contains(m, `toron_requests_total{route="/ws",code="403"} 1`) {
+		t.Error("403 not counted")
+	}
+}
+
+// TestUpgradesRefused: h2c and every upgrade that is not a WebSocket one are 501 and never
+// forwarded; malformed WebSocket upgrades are 400.
+func TestUpgradesRefused(t *testing.T) {
+	ws := startWSUpstream(t, nil)
+	plain := startWSUpstream(t, nil)
+	tg := startGateway(t, "", wsRoute(ws.addr, "")+upstreamRoute("/plain", plain.addr, ""))
+	const key = "Sec-WebSocket-Key: " + wsKey + "\r\nSec-WebSocket-Version: 13\r\n"
+	cases := []struct {
+		name, req string
+		status    int
+	}{
+		{"h2c", "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n", 501},
+		{"h2c on a plain route", "GET /plain HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n", 501},
+		{"websocket and h2c", "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket, h2c\r\n" + key + "\r\n", 501},
+		{"second Upgrade line", "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nUpgrade: h2c\r\n" + key + "\r\n", 501},
+		{"other protocol", "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: TLS/1.0\r\n\r\n", 501},
+		{"websocket on a plain route", "GET /plain HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" + key + "\r\n", 501},
+		{"no upgrade token in Connection", "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\nUpgrade: websocket\r\n" + key + "\r\n", 501},
+		{"POST", "POST /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" + key + "\r\n", 501},
+		{"CONNECT", "CONNECT example.test:443 HTTP/1.1\r\nHost: example.test:443\r\n\r\n", 501},
+		{"with a body", "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" + key + "Content-Length: 5\r\n\r\nhello", 400},
+		{"chunked body", "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" + key + "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 400},
+		{"no key", "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\r\n", 400},
+		{"HTTP/1.0", "GET /ws HTTP/1.0\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" + key + "\r\n", 400},
+		{"no version", "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: " + wsKey + "\r\n\r\n", 400},
+	}
+	for _, c := range cases {
+		r := rawRequest(t, tg.addr, c.req)
+		if r.StatusCode != c.status || !strings.HasPrefix(string(r.body), fmt.Sprintf(`{"error":"%d `, c.status)) || !r.Close {
+			t.Errorf("%s: %d %q close=%v", c.name, r.StatusCode, r.body, r.Close)
+		}
+	}
+	if n := ws.conns.Load() + plain.conns.Load(); n != 0 {
+		t.Errorf("%d refused upgrades reached an upstream", n)
+	}
+	// The same request with WebSocket in mixed case is an upgrade.
+	_, _, resp := openTunnel(t, tg.addr, strings.Replace(upgradeRequest("/ws"), "Upgrade: websocket", "Upgrade: WebSocket", 1))
+	if resp.StatusCode != 101 {
+		t.Errorf("Upgrade: WebSocket: %d", resp.StatusCode)
+	}
+}
+
+// TestTunnelCountsInMaxConnections: open tunnels count against max_connections although
+// fasthttp no longer sees them.
+func TestTunnelCountsInMaxConnections(t *testing.T) {
+	up := startWSUpstream(t, nil)
+	tg := startGateway(t, "max_connections: 2\n", wsRoute(up.addr, ""))
+	for range 2 {
+		if _, _, r := openTunnel(t, tg.addr, upgradeRequest("/ws")); r.StatusCode != 101 {
+			t.Fatal(r.StatusCode)
+		}
+	}
+	waitTunnels(t, tg.g, 2)
+	c := dialRaw(t, tg.addr)
+	_, _ = io.WriteString(c, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, err := io.ReadAll(c); len(b) > 0 || (err != nil && isTimeout(err)) {
+		t.Errorf("a third connection was served: %q %v", b, err)
+	}
+}
+
+// TestTunnelRewrite: a tunnel's handshake is forwarded with the route's rewriting.
+func TestTunnelRewrite(t *testing.T) {
+	up := startWSUpstream(t, nil)
+	tg := startGateway(t, "", wsRoute(up.addr, "strip_prefix: true\nadd_prefix: /socket\n"))
+	if _, _, r := openTunnel(t, tg.addr, upgradeRequest("/ws/room%2F1?x=%2F")); r.StatusCode != 101 {
+		t.Fatal(r.StatusCode)
+	}
+	head := <-up.heads
+	if !strings.HasPrefix(head, "GET /socket/room%2F1?x=%2F HTTP/1.1\r\n") || headerOf(head, "X-Forwarded-Prefix") != "/ws" {
+		t.Errorf("handshake upstream:\n%s", head)
+	}
+}
