@@ -104,7 +104,10 @@ func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	g.snap.Store(snap)
+	// The snapshot is put in force here, once, on the caller's goroutine: Serve must not store
+	// it again, or a reload handled between New and Serve (a SIGHUP during startup) would be
+	// overwritten by the configuration it replaced.
+	g.applySnapshot(snap)
 
 	s := &cfg.Server
 	g.srv = &fasthttp.Server{
@@ -212,7 +215,6 @@ func (g *Gateway) Listen() (net.Listener, error) {
 
 // Serve serves client connections from ln until Shutdown.
 func (g *Gateway) Serve(ln net.Listener) error {
-	g.applySnapshot(g.snap.Load())
 	l := newListener(ln, g)
 	g.ln.Store(l)
 	return g.srv.Serve(l)
