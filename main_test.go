@@ -176,19 +176,26 @@ func TestPortInUseExits1(t *testing.T) {
 }
 
 // TestGracefulShutdown sends a real SIGTERM to a real process with a request in flight:
-// /health says draining during drain_delay, responses carry Connection: close, the in-flight
-// request completes, and the process exits 0.
+// /health says draining during drain_delay, responses carry Connection: close, the listener
+// closes after drain_delay while the in-flight request is still running, that request
+// completes, and the process exits 0.
 func TestGracefulShutdown(t *testing.T) {
+	release := make(chan struct{})
+	var held sync.WaitGroup
+	held.Add(1)
 	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		if d, err := time.ParseDuration(r.URL.Query().Get("delay")); err == nil {
-			time.Sleep(d)
+		if r.URL.Path == "/slow" {
+			held.Done()
+			<-release
 		}
 		io.WriteString(w, "done")
 	})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
 
 	port := freePort(t)
 	dir := t.TempDir()
-	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 1s\n  shutdown_timeout: 10s\nlog:\n  access: true\n", port))
+	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 2s\n  shutdown_timeout: 20s\nlog:\n  access: true\n", port))
 	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /\n    target: http://%s\n", upAddr))
 	cmd, stderr, base := startBinary(t, cfg, routes, port)
 
@@ -199,7 +206,7 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	inflight := make(chan result, 1)
 	go func() {
-		resp, err := http.Get(base + "/slow?delay=2500ms")
+		resp, err := http.Get(base + "/slow")
 		if err != nil {
 			inflight <- result{err: err}
 			return
@@ -208,21 +215,28 @@ func TestGracefulShutdown(t *testing.T) {
 		resp.Body.Close()
 		inflight <- result{status: resp.StatusCode, body: string(b)}
 	}()
-	time.Sleep(300 * time.Millisecond)
+	held.Wait() // the request is in flight at the upstream
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
-	resp, err := http.Get(base + "/health")
-	if err != nil {
-		t.Fatalf("health during drain_delay: %v", err)
+	// The signal is handled asynchronously: wait (generously) for the drain to show.
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for {
+		resp, err := http.Get(base + "/health")
+		if err != nil {
+			t.Fatalf("health during drain_delay: %v", err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == 503 && string(b) == `{"status":"draining"}` {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("health during drain: %d %s", resp.StatusCode, b)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 503 || string(b) != `{"status":"draining"}` {
-		t.Errorf("health during drain: %d %s", resp.StatusCode, b)
-	}
-	resp, err = http.Get(base + "/fast")
+	resp, err := http.Get(base + "/fast")
 	if err != nil {
 		t.Fatalf("request during drain_delay: %v", err)
 	}
@@ -230,6 +244,28 @@ func TestGracefulShutdown(t *testing.T) {
 	if resp.StatusCode != 200 || !resp.Close {
 		t.Errorf("request during drain: status %d, Connection: close %v", resp.StatusCode, resp.Close)
 	}
+
+	// After drain_delay the listener closes, while the in-flight request still runs (the
+	// upstream holds it until release).
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("listener still accepting 10s after SIGTERM (drain_delay 2s)")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	select {
+	case r := <-inflight:
+		t.Fatalf("the in-flight request ended before it was released: %+v", r)
+	default:
+	}
+	releaseOnce.Do(func() { close(release) })
 
 	r := <-inflight
 	if r.err != nil || r.status != 200 || r.body != "done" {
@@ -245,13 +281,69 @@ func TestGracefulShutdown(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatalf("gateway did not exit; stderr %s", stderr.String())
 	}
-	// After drain the listener is closed.
-	if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
-		c.Close()
-		t.Errorf("listener still accepting after shutdown")
-	}
 	if !strings.Contains(stderr.String(), `"msg":"request"`) {
 		t.Errorf("no access log line on stderr: %s", stderr.String())
+	}
+}
+
+// TestSignalsDuringDrain: a SIGHUP 100 ms after SIGTERM reloads but never shortens the drain
+// (SPEC 9): /health keeps answering 503 draining; a second SIGTERM then ends the delay early.
+func TestSignalsDuringDrain(t *testing.T) {
+	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {})
+	port := freePort(t)
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 60s\n  shutdown_timeout: 5s\nlog:\n  access: false\n", port))
+	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /\n    target: http://%s\n", upAddr))
+	cmd, stderr, base := startBinary(t, cfg, routes, port)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	// For 3 s after the SIGHUP (of a 60 s drain_delay), /health must answer, and say draining
+	// once the SIGTERM was handled.
+	draining := false
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get(base + "/health")
+		if err != nil {
+			t.Fatalf("health during the drain after a SIGHUP: %v (the SIGHUP ended the drain); stderr:\n%s", err, stderr.String())
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode == 503 && string(b) == `{"status":"draining"}`:
+			draining = true
+		case draining:
+			t.Fatalf("health went back to %d %s during the drain", resp.StatusCode, b)
+		}
+	}
+	if !draining {
+		t.Fatalf("/health never said draining after SIGTERM")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the process exited during the drain: %v; stderr:\n%s", err, stderr.String())
+	default:
+	}
+	if !strings.Contains(stderr.String(), "configuration reloaded") {
+		t.Errorf("the SIGHUP during the drain was not handled as a reload; stderr:\n%s", stderr.String())
+	}
+	// A second SIGTERM ends the 60 s delay early.
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if code := exitCode(err); code != 0 {
+			t.Errorf("exit %d; stderr %s", code, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("a second SIGTERM did not end the drain; stderr:\n%s", stderr.String())
 	}
 }
 
