@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"errors"
-	"iter"
 	"strings"
 
 	"github.com/valyala/fasthttp"
@@ -67,26 +66,14 @@ func headerListHas(list, k []byte) bool {
 	return false
 }
 
-// appendConnectionTokens appends the values of every Connection header line in all to dst, as
-// one comma-separated list: several lines of a list header are one list (RFC 9110 5.3), and a
-// header named on any of them is hop-by-hop.
-func appendConnectionTokens(dst []byte, all iter.Seq2[[]byte, []byte]) []byte {
-	for k, v := range all {
-		if equalFold(k, hdrConnectionName) {
-			dst = append(dst, v...)
-			dst = append(dst, ',')
-		}
-	}
-	return dst
-}
-
 // copyResponseHeaders copies the upstream's end-to-end response headers to the client response.
 // Content-Length and framing are set by the body that follows.
 func copyResponseHeaders(dst, src *fasthttp.ResponseHeader) {
 	var stack [128]byte
-	connTokens := appendConnectionTokens(stack[:0], src.All())
+	named, table := collectConnNames(stack[:0], src.PeekAll(fasthttp.HeaderConnection))
+	defer releaseConnTable(table)
 	for k, v := range src.All() {
-		if isHopByHop(k) || headerListHas(connTokens, k) || equalFold(k, hdrContentLength) {
+		if isHopByHop(k) || named.has(k) || equalFold(k, hdrContentLength) {
 			continue
 		}
 		dst.AddBytesKV(k, v)
