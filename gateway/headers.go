@@ -165,6 +165,9 @@ func validateHeaders(h *fasthttp.RequestHeader) error {
 	if nCL > 0 && nTE > 0 {
 		return errBadFraming
 	}
+	if host := h.Host(); len(host) > 0 && !validHost(host) {
+		return errBadFraming // not host[:port] (SPEC 7; host.go)
+	}
 	if h.Protocol()[7] != '0' && len(h.Host()) == 0 {
 		return errBadFraming
 	}
@@ -203,6 +206,9 @@ func validRequestLine(h *fasthttp.RequestHeader) bool {
 			return false
 		}
 	}
+	if !validPercentEncoding(target) {
+		return false
+	}
 	switch {
 	case target[0] == '/':
 		return true
@@ -220,9 +226,10 @@ func validRequestLine(h *fasthttp.RequestHeader) bool {
 		return false
 	}
 	// An http(s) URI with an empty host is invalid (RFC 9110 4.2.1), and one with userinfo is
-	// refused too (RFC 9110 4.2.4 deprecates it; it only ever served to mislead).
+	// refused too (RFC 9110 4.2.4 deprecates it; it only ever served to mislead): the authority
+	// must be host[:port], as the Host header it replaces (validHost).
 	auth, _ := targetAuthority(target)
-	return len(hostName(auth)) > 0 && bytes.IndexByte(auth, '@') < 0
+	return validHost(auth)
 }
 
 // targetAuthority returns the authority of an absolute-form request-target

@@ -67,6 +67,14 @@ var normalizePathCases = []struct {
 	{"/a/b/%2e%2e", "/a/"},
 	{"/%2e%2e", "/"},
 	{"/api/%2e%2e/legacy/reports", "/legacy/reports"},
+	// From a malformed percent-encoding on, the segment stays as sent: decoding after it could
+	// complete it into a new escape (found by FuzzNormalizePath: "%7%61" became "/%7a", then
+	// "/z"). The gateway refuses such paths before routing (validPercentEncoding).
+	{"%7%61", "/%7%61"},
+	{"/%6%63egacy/reports", "/%6%63egacy/reports"},
+	{"/%61%2%61/b", "/a%2%61/b"},
+	{"/a%/%61", "/a%/a"},
+	{"/%%2e%2e/x", "/%%2e%2e/x"},
 }
 
 func TestNormalizePath(t *testing.T) {
