@@ -64,6 +64,8 @@ var (
 		"502 Bad Gateway: upstream stopped reading the request", false)
 	rejUpstreamBad = newRejection(fasthttp.StatusBadGateway, reasonUpstreamError,
 		"502 Bad Gateway: upstream response could not be read", false)
+	rejExpectation = newRejection(fasthttp.StatusExpectationFailed, reasonBadRequest,
+		"417 Expectation Failed: only Expect: 100-continue is supported", false)
 	rejInternal = newRejection(fasthttp.StatusInternalServerError, reasonNone,
 		"500 Internal Server Error: the gateway failed to handle the request", false)
 )

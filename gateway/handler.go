@@ -110,6 +110,11 @@ func (g *Gateway) decide(h *fasthttp.RequestHeader, x *exchange) {
 	x.path = appendPath(x.path[:0], h.RequestURI())
 	x.method = append(x.method[:0], h.Method()...)
 	x.setRequestID(h)
+	if unsupportedExpectation(h) {
+		// Decided from the headers, before any body byte and before routing (expect.go).
+		x.reject(rejExpectation)
+		return
+	}
 
 	// Step 3: the gateway's own paths, before the route table, never taking a worker.
 	switch {

@@ -9,8 +9,10 @@ import (
 )
 
 // hopByHop are the headers of one connection, never forwarded in either direction (SPEC 7,
-// RFC 9110 7.6.1), besides those the Connection header names.
+// RFC 9110 7.6.1), besides those the Connection header names. Expect is among them: Toron
+// answers it itself (SPEC 3 step 7, expect.go).
 var hopByHop = [][]byte{
+	hdrExpect,
 	[]byte("Connection"),
 	[]byte("Keep-Alive"),
 	[]byte("Proxy-Connection"),
