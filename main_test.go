@@ -607,3 +607,77 @@ func TestMetricsAreTyped(t *testing.T) {
 		t.Errorf("exit: %v", err)
 	}
 }
+
+// TestConfigValuesThatBrokeAtRunTime: each value of issue 14 that passed -check and then broke
+// the running gateway is a configuration error naming the file and the key, with -check and
+// when the gateway starts (exit 2 both times, nothing served).
+func TestConfigValuesThatBrokeAtRunTime(t *testing.T) {
+	okRoutes := "routes:\n  - type: upstream\n    prefix: /api\n    target: http://127.0.0.1:1\n"
+	for _, tc := range []struct {
+		name, server, routes, key string
+	}{
+		{"upstream_idle_timeout 1ns", "  upstream_idle_timeout: 1ns\n", okRoutes, "server.upstream_idle_timeout"},
+		{"read_timeout 1ns", "  read_timeout: 1ns\n", okRoutes, "server.read_timeout"},
+		{"response_header_timeout a week", "  response_header_timeout: 168h\n", okRoutes, "server.response_header_timeout"},
+		{"max_header_bytes 1TiB", "  max_header_bytes: 1TiB\n", okRoutes, "server.max_header_bytes"},
+		{"stream_threshold_bytes max int64", "  stream_threshold_bytes: 9223372036854775807\n", okRoutes, "server.stream_threshold_bytes"},
+		{"health_path encoded", "  health_path: /st%61tus\n", okRoutes, "server.health_path"},
+		{"prefix encoded", "", "routes:\n  - type: upstream\n    prefix: /api%2Dv1\n    target: http://127.0.0.1:1\n", "routes[0] (/api%2Dv1): prefix"},
+		{"route connect_timeout 1ns", "", okRoutes + "    connect_timeout: 1ns\n", "routes[0] (/api): connect_timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			port := freePort(t)
+			cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n%s", port, tc.server))
+			routes := writeFile(t, dir, "routes.yaml", tc.routes)
+			for _, args := range [][]string{{"-check"}, {}} {
+				cmd := exec.Command(binPath, append(args, "-config", cfg, "-routes", routes)...)
+				var stderr bytes.Buffer
+				cmd.Stderr = &stderr
+				done := make(chan error, 1)
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				go func() { done <- cmd.Wait() }()
+				select {
+				case err := <-done:
+					if code := exitCode(err); code != 2 {
+						t.Errorf("%v: exit %d, want 2; stderr %s", args, code, stderr.String())
+					}
+				case <-time.After(10 * time.Second):
+					_ = cmd.Process.Kill()
+					<-done
+					t.Fatalf("%v: still running after 10s: the value was accepted", args)
+				}
+				file := "config.yaml"
+				if tc.server == "" {
+					file = "routes.yaml"
+				}
+				if out := stderr.String(); !strings.Contains(out, file+": "+tc.key+": ") {
+					t.Errorf("%v: the error does not name %s and %s: %s", args, file, tc.key, out)
+				}
+			}
+		})
+	}
+}
+
+// TestCheckElevatedBudgetExact: -check prints the elevated budget floor(100 × 0.29) = 29, not
+// the float64 product's 28.
+func TestCheckElevatedBudgetExact(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "config.yaml", "server:\n  worker_pool_size: 100\n  elevated_share: 0.29\n")
+	routes := writeFile(t, dir, "routes.yaml", "routes:\n  - type: upstream\n    prefix: /api\n    target: http://127.0.0.1:1\n")
+	out, err := exec.Command(binPath, "-check", "-config", cfg, "-routes", routes).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Budget int `json:"elevated_budget"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Budget != 29 {
+		t.Errorf("elevated_budget %d, want 29", v.Budget)
+	}
+}

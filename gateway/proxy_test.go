@@ -323,12 +323,11 @@ func TestBadGatewayOnDialFailures(t *testing.T) {
 		}
 	}()
 	t.Cleanup(func() { rl.Close() })
-	up := startUpstream(t, nil)
 
 	gw := startGateway(t, "",
 		upstreamRoute("/refused", refused, "")+
 			upstreamRoute("/reset", rl.Addr().String(), "")+
-			upstreamRoute("/slowdial", up.addr, "connect_timeout: 1ns"))
+			upstreamRoute("/slowdial", blackholeAddr(t), "connect_timeout: 200ms"))
 	for _, tc := range []struct{ path, want string }{
 		{"/refused", "502 Bad Gateway: upstream connection refused"},
 		{"/reset", "502 Bad Gateway: upstream closed the connection before its response headers"},
