@@ -261,6 +261,11 @@ func TestStaleConnCheckedBeforeBody(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("warm-up status %d", resp.StatusCode)
 	}
+	// The upstream's FIN has arrived: the gateway's end of the idle connection is in CLOSE_WAIT.
+	up := portOf(t, addr)
+	waitSocket(t, "the upstream's FIN", func(st, _, rp int, _ int64) bool { return st == tcpCloseWait && rp == up })
+	// Today the pool checks only a connection idle for more than 50 ms (upstream.go); issue 14
+	// makes the check unconditional, and this sleep can go then.
 	time.Sleep(100 * time.Millisecond)
 	resp = rawRequest(t, gw.addr, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello")
 	if resp.StatusCode != 200 {
@@ -285,16 +290,20 @@ func TestNoRetryOnceBodyRead(t *testing.T) {
 	if resp := rawRequest(t, gw.addr, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 200 {
 		t.Fatalf("warm-up status %d", resp.StatusCode)
 	}
-	time.Sleep(100 * time.Millisecond)
 	c := dialRaw(t, gw.addr)
 	// The connection is lent (and found open) once fasthttp's pre-read of the body's first
 	// 8 KiB is done; the upstream closes it while the gateway, having read 20 kB of the body
-	// into its 32 KiB upstream write buffer, waits for the rest.
+	// into its 32 KiB upstream write buffer, waits for the rest. Each step waits for its event
+	// in the kernel's socket table, not for a sleep: the gateway read all the client sent (its
+	// receive queue for the client is empty), then the upstream's FIN reached the gateway's end.
+	upPort, gwPort, cPort := portOf(t, addr), portOf(t, gw.addr), portOf(t, c.LocalAddr().String())
 	io.WriteString(c, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n")
 	c.Write(make([]byte, 20000))
-	time.Sleep(100 * time.Millisecond)
+	waitSocket(t, "the gateway reading the first 20 kB", func(st, lp, rp int, q int64) bool {
+		return st == tcpEstablished && lp == gwPort && rp == cPort && q == 0
+	})
 	close(closeNow)
-	time.Sleep(100 * time.Millisecond)
+	waitSocket(t, "the upstream's FIN", func(st, _, rp int, _ int64) bool { return st == tcpCloseWait && rp == upPort })
 	c.Write(make([]byte, 80000))
 	resp := readRawResponse(t, c, "POST")
 	if resp.StatusCode != 502 {
