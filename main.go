@@ -199,7 +199,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 				}
 				continue
 			}
-			return drain(g, sig, sigs, serveErr, log)
+			return drain(g, sig, sigs, serveErr, log, func() { reload(g, load, log, level, logFormat) })
 		case files := <-watchChanges:
 			reloadOnChange(files, watcher, o, g, load, log, level, logFormat) // SIGHUP's path (SPEC 18)
 		}
@@ -237,16 +237,26 @@ func reload(g *gateway.Gateway, load func() (*conf.Config, error), log *zap.Logg
 
 // drain is SPEC 9: /health says draining for drain_delay while requests are still served with
 // Connection: close, then the listener closes and in-flight requests get shutdown_timeout to
-// finish. A second signal skips the rest of the delay.
-func drain(g *gateway.Gateway, sig os.Signal, sigs <-chan os.Signal, serveErr <-chan error, log *zap.Logger) int {
+// finish. A second SIGTERM or SIGINT skips the rest of the delay; a SIGHUP reloads and never
+// shortens it (load balancers are still sending while /health says draining).
+func drain(g *gateway.Gateway, sig os.Signal, sigs <-chan os.Signal, serveErr <-chan error, log *zap.Logger, onHUP func()) int {
 	s := g.Config().Server
 	log.Info("draining", zap.String("signal", sig.String()), zap.Duration("drain_delay", s.DrainDelay), zap.Duration("shutdown_timeout", s.ShutdownTimeout))
 	g.Drain()
 	t := time.NewTimer(s.DrainDelay)
-	select {
-	case <-t.C:
-	case <-sigs:
-		t.Stop()
+wait:
+	for {
+		select {
+		case <-t.C:
+			break wait
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				onHUP()
+				continue
+			}
+			t.Stop()
+			break wait
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout)
 	defer cancel()

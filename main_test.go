@@ -176,19 +176,26 @@ func TestPortInUseExits1(t *testing.T) {
 }
 
 // TestGracefulShutdown sends a real SIGTERM to a real process with a request in flight:
-// /health says draining during drain_delay, responses carry Connection: close, the in-flight
-// request completes, and the process exits 0.
+// /health says draining during drain_delay, responses carry Connection: close, the listener
+// closes after drain_delay while the in-flight request is still running, that request
+// completes, and the process exits 0.
 func TestGracefulShutdown(t *testing.T) {
+	release := make(chan struct{})
+	var held sync.WaitGroup
+	held.Add(1)
 	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		if d, err := time.ParseDuration(r.URL.Query().Get("delay")); err == nil {
-			time.Sleep(d)
+		if r.URL.Path == "/slow" {
+			held.Done()
+			<-release
 		}
 		io.WriteString(w, "done")
 	})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
 
 	port := freePort(t)
 	dir := t.TempDir()
-	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 1s\n  shutdown_timeout: 10s\nlog:\n  access: true\n", port))
+	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 2s\n  shutdown_timeout: 20s\nlog:\n  access: true\n", port))
 	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /\n    target: http://%s\n", upAddr))
 	cmd, stderr, base := startBinary(t, cfg, routes, port)
 
@@ -199,7 +206,7 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	inflight := make(chan result, 1)
 	go func() {
-		resp, err := http.Get(base + "/slow?delay=2500ms")
+		resp, err := http.Get(base + "/slow")
 		if err != nil {
 			inflight <- result{err: err}
 			return
@@ -208,21 +215,28 @@ func TestGracefulShutdown(t *testing.T) {
 		resp.Body.Close()
 		inflight <- result{status: resp.StatusCode, body: string(b)}
 	}()
-	time.Sleep(300 * time.Millisecond)
+	held.Wait() // the request is in flight at the upstream
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
-	resp, err := http.Get(base + "/health")
-	if err != nil {
-		t.Fatalf("health during drain_delay: %v", err)
+	// The signal is handled asynchronously: wait (generously) for the drain to show.
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for {
+		resp, err := http.Get(base + "/health")
+		if err != nil {
+			t.Fatalf("health during drain_delay: %v", err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == 503 && string(b) == `{"status":"draining"}` {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("health during drain: %d %s", resp.StatusCode, b)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 503 || string(b) != `{"status":"draining"}` {
-		t.Errorf("health during drain: %d %s", resp.StatusCode, b)
-	}
-	resp, err = http.Get(base + "/fast")
+	resp, err := http.Get(base + "/fast")
 	if err != nil {
 		t.Fatalf("request during drain_delay: %v", err)
 	}
@@ -230,6 +244,28 @@ func TestGracefulShutdown(t *testing.T) {
 	if resp.StatusCode != 200 || !resp.Close {
 		t.Errorf("request during drain: status %d, Connection: close %v", resp.StatusCode, resp.Close)
 	}
+
+	// After drain_delay the listener closes, while the in-flight request still runs (the
+	// upstream holds it until release).
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("listener still accepting 10s after SIGTERM (drain_delay 2s)")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	select {
+	case r := <-inflight:
+		t.Fatalf("the in-flight request ended before it was released: %+v", r)
+	default:
+	}
+	releaseOnce.Do(func() { close(release) })
 
 	r := <-inflight
 	if r.err != nil || r.status != 200 || r.body != "done" {
@@ -245,13 +281,69 @@ func TestGracefulShutdown(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatalf("gateway did not exit; stderr %s", stderr.String())
 	}
-	// After drain the listener is closed.
-	if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
-		c.Close()
-		t.Errorf("listener still accepting after shutdown")
-	}
 	if !strings.Contains(stderr.String(), `"msg":"request"`) {
 		t.Errorf("no access log line on stderr: %s", stderr.String())
+	}
+}
+
+// TestSignalsDuringDrain: a SIGHUP 100 ms after SIGTERM reloads but never shortens the drain
+// (SPEC 9): /health keeps answering 503 draining; a second SIGTERM then ends the delay early.
+func TestSignalsDuringDrain(t *testing.T) {
+	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {})
+	port := freePort(t)
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 60s\n  shutdown_timeout: 5s\nlog:\n  access: false\n", port))
+	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /\n    target: http://%s\n", upAddr))
+	cmd, stderr, base := startBinary(t, cfg, routes, port)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	// For 3 s after the SIGHUP (of a 60 s drain_delay), /health must answer, and say draining
+	// once the SIGTERM was handled.
+	draining := false
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get(base + "/health")
+		if err != nil {
+			t.Fatalf("health during the drain after a SIGHUP: %v (the SIGHUP ended the drain); stderr:\n%s", err, stderr.String())
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode == 503 && string(b) == `{"status":"draining"}`:
+			draining = true
+		case draining:
+			t.Fatalf("health went back to %d %s during the drain", resp.StatusCode, b)
+		}
+	}
+	if !draining {
+		t.Fatalf("/health never said draining after SIGTERM")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the process exited during the drain: %v; stderr:\n%s", err, stderr.String())
+	default:
+	}
+	if !strings.Contains(stderr.String(), "configuration reloaded") {
+		t.Errorf("the SIGHUP during the drain was not handled as a reload; stderr:\n%s", stderr.String())
+	}
+	// A second SIGTERM ends the 60 s delay early.
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if code := exitCode(err); code != 0 {
+			t.Errorf("exit %d; stderr %s", code, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("a second SIGTERM did not end the drain; stderr:\n%s", stderr.String())
 	}
 }
 
@@ -527,5 +619,79 @@ func TestMetricsAreTyped(t *testing.T) {
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); exitCode(err) != 0 {
 		t.Errorf("exit: %v", err)
+	}
+}
+
+// TestConfigValuesThatBrokeAtRunTime: each value of issue 14 that passed -check and then broke
+// the running gateway is a configuration error naming the file and the key, with -check and
+// when the gateway starts (exit 2 both times, nothing served).
+func TestConfigValuesThatBrokeAtRunTime(t *testing.T) {
+	okRoutes := "routes:\n  - type: upstream\n    prefix: /api\n    target: http://127.0.0.1:1\n"
+	for _, tc := range []struct {
+		name, server, routes, key string
+	}{
+		{"upstream_idle_timeout 1ns", "  upstream_idle_timeout: 1ns\n", okRoutes, "server.upstream_idle_timeout"},
+		{"read_timeout 1ns", "  read_timeout: 1ns\n", okRoutes, "server.read_timeout"},
+		{"response_header_timeout a week", "  response_header_timeout: 168h\n", okRoutes, "server.response_header_timeout"},
+		{"max_header_bytes 1TiB", "  max_header_bytes: 1TiB\n", okRoutes, "server.max_header_bytes"},
+		{"stream_threshold_bytes max int64", "  stream_threshold_bytes: 9223372036854775807\n", okRoutes, "server.stream_threshold_bytes"},
+		{"health_path encoded", "  health_path: /st%61tus\n", okRoutes, "server.health_path"},
+		{"prefix encoded", "", "routes:\n  - type: upstream\n    prefix: /api%2Dv1\n    target: http://127.0.0.1:1\n", "routes[0] (/api%2Dv1): prefix"},
+		{"route connect_timeout 1ns", "", okRoutes + "    connect_timeout: 1ns\n", "routes[0] (/api): connect_timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			port := freePort(t)
+			cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n%s", port, tc.server))
+			routes := writeFile(t, dir, "routes.yaml", tc.routes)
+			for _, args := range [][]string{{"-check"}, {}} {
+				cmd := exec.Command(binPath, append(args, "-config", cfg, "-routes", routes)...)
+				var stderr bytes.Buffer
+				cmd.Stderr = &stderr
+				done := make(chan error, 1)
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				go func() { done <- cmd.Wait() }()
+				select {
+				case err := <-done:
+					if code := exitCode(err); code != 2 {
+						t.Errorf("%v: exit %d, want 2; stderr %s", args, code, stderr.String())
+					}
+				case <-time.After(10 * time.Second):
+					_ = cmd.Process.Kill()
+					<-done
+					t.Fatalf("%v: still running after 10s: the value was accepted", args)
+				}
+				file := "config.yaml"
+				if tc.server == "" {
+					file = "routes.yaml"
+				}
+				if out := stderr.String(); !strings.Contains(out, file+": "+tc.key+": ") {
+					t.Errorf("%v: the error does not name %s and %s: %s", args, file, tc.key, out)
+				}
+			}
+		})
+	}
+}
+
+// TestCheckElevatedBudgetExact: -check prints the elevated budget floor(100 × 0.29) = 29, not
+// the float64 product's 28.
+func TestCheckElevatedBudgetExact(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "config.yaml", "server:\n  worker_pool_size: 100\n  elevated_share: 0.29\n")
+	routes := writeFile(t, dir, "routes.yaml", "routes:\n  - type: upstream\n    prefix: /api\n    target: http://127.0.0.1:1\n")
+	out, err := exec.Command(binPath, "-check", "-config", cfg, "-routes", routes).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Budget int `json:"elevated_budget"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Budget != 29 {
+		t.Errorf("elevated_budget %d, want 29", v.Budget)
 	}
 }

@@ -6,9 +6,10 @@ import (
 )
 
 // ElevatedBudget is the number of workers all elevated routes together may hold (SPEC 4):
-// max(1, floor(worker_pool_size × elevated_share)), 32 by default.
+// max(1, floor(worker_pool_size × elevated_share)), 32 by default, computed exactly on the
+// decimal elevated_share was written as (100 × 0.29 is 29; in float64 it was 28.999...).
 func (c *Config) ElevatedBudget() int {
-	return max(1, int(float64(c.Server.WorkerPoolSize)*c.Server.ElevatedShare))
+	return max(1, elevatedBudget(c.Server.WorkerPoolSize, c.Server.ElevatedShare))
 }
 
 // GuardrailConcurrency is the bulkhead the guardrail gives an elevated route without

@@ -24,6 +24,7 @@ type Config struct {
 }
 
 // Server holds the server settings (config.yaml, key server). Every field has a default (SPEC 2).
+// Durations and header and threshold sizes are bounded (bounds.go: floors and ceilings, with why).
 type Server struct {
 	// Host and Port are the listener address; defaults 0.0.0.0 and 8080.
 	Host string `koanf:"host" json:"host"`

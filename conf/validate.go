@@ -74,6 +74,10 @@ func (l *loader) checkServer(cfg *Config) {
 			l.configErr("server."+d.key, "must not be negative, not %s", d.d)
 		case d.d == 0 && positive:
 			l.configErr("server."+d.key, "must be greater than 0: %s", why)
+		default:
+			if msg := checkDurationBound(d.key, d.d); msg != "" {
+				l.configErr("server."+d.key, "%s", msg) // bounds.go
+			}
 		}
 	}
 
@@ -91,8 +95,16 @@ func (l *loader) checkServer(cfg *Config) {
 			l.configErr("server."+n.key, "must not be negative, not %d", n.n)
 		}
 	}
-	if s.MaxHeaderBytes == 0 {
+	switch {
+	case s.MaxHeaderBytes == 0:
 		l.configErr("server.max_header_bytes", "must be greater than 0: no request line would fit")
+	case s.MaxHeaderBytes > 0 && s.MaxHeaderBytes < MinHeaderBytes:
+		l.configErr("server.max_header_bytes", "must be at least %d (1 KiB), not %d: the headers every client sends would not fit", MinHeaderBytes, s.MaxHeaderBytes)
+	case s.MaxHeaderBytes > MaxHeaderBytes:
+		l.configErr("server.max_header_bytes", "must be at most %d (1 MiB), not %d: every open connection holds a read buffer of this size", MaxHeaderBytes, s.MaxHeaderBytes)
+	}
+	if s.StreamThresholdBytes > MaxStreamThresholdBytes {
+		l.configErr("server.stream_threshold_bytes", "must be at most %d (1 GiB), not %d: bodies at or below it are buffered whole in memory", MaxStreamThresholdBytes, s.StreamThresholdBytes)
 	}
 	if msg := checkChunkedMode(s.InboundChunkedMode); msg != "" {
 		l.configErr("server.inbound_chunked_mode", "%s", msg)
@@ -170,7 +182,7 @@ func checkNormalizedPath(p string) string {
 			return fmt.Sprintf(`%q must not contain "." or ".." segments: request paths are matched after they are removed`, p)
 		}
 	}
-	return ""
+	return checkPercentEncoding(p)
 }
 
 // validHostname reports whether h is a DNS host name (or an IPv4 address, which has the
@@ -405,6 +417,10 @@ func (l *loader) checkRoute(r *Route, in *routeInput, bad func(key, format strin
 			bad(d.key, "must not be negative, not %s", *d.d)
 		case *d.d == 0:
 			bad(d.key, "must be greater than 0: %s", zeroMeans[d.key])
+		default:
+			if msg := checkDurationBound(d.key, *d.d); msg != "" {
+				bad(d.key, "%s", msg)
+			}
 		}
 	}
 	if r.InboundChunkedMode != nil {

@@ -2,6 +2,7 @@ package conf
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -104,6 +105,26 @@ func TestValidationErrors(t *testing.T) {
 		{name: "negative IEC size", config: "server: {min_progress_bytes: -1KiB}", want: "config.yaml: server.min_progress_bytes: must not be negative, not -1024", wantKey: "server.min_progress_bytes", route: -1},
 		{name: "overflowing size", config: "server: {max_body_bytes: 9000000TiB}", want: `config.yaml: server.max_body_bytes: "9000000TiB" is too large`, wantKey: "server.max_body_bytes", route: -1},
 		{name: "zero max header bytes", config: "server: {max_header_bytes: 0}", want: "config.yaml: server.max_header_bytes: must be greater than 0: no request line would fit", wantKey: "server.max_header_bytes", route: -1},
+		// Values that validated and then broke at run time (issue 14): bounds.go.
+		{name: "upstream idle timeout below floor", config: "server: {upstream_idle_timeout: 1ns}", want: "config.yaml: server.upstream_idle_timeout: must be at least 1s, not 1ns: no upstream connection would be reused and the idle cleanup would spin", wantKey: "server.upstream_idle_timeout", route: -1},
+		{name: "read timeout below floor", config: "server: {read_timeout: 1us}", want: "config.yaml: server.read_timeout: must be at least 100ms, not 1µs: every client would be cut before its request arrives", wantKey: "server.read_timeout", route: -1},
+		{name: "read timeout above ceiling", config: "server: {read_timeout: 168h}", want: "config.yaml: server.read_timeout: must be at most 1h, not 168h", wantKey: "server.read_timeout", route: -1},
+		{name: "write timeout below floor", config: "server: {write_timeout: 5ms}", want: "config.yaml: server.write_timeout: must be at least 100ms, not 5ms: ...", wantKey: "server.write_timeout", route: -1},
+		{name: "idle timeout below floor", config: "server: {idle_timeout: 1ms}", want: "config.yaml: server.idle_timeout: must be at least 100ms, not 1ms: ...", wantKey: "server.idle_timeout", route: -1},
+		{name: "response header timeout below floor", config: "server: {response_header_timeout: 1ns}", want: "config.yaml: server.response_header_timeout: must be at least 100ms, not 1ns: no upstream can answer that fast", wantKey: "server.response_header_timeout", route: -1},
+		{name: "connect timeout below floor", config: "server: {connect_timeout: 1ns}", want: "config.yaml: server.connect_timeout: must be at least 10ms, not 1ns: dials would fail before they can complete", wantKey: "server.connect_timeout", route: -1},
+		{name: "connect timeout above ceiling", config: "server: {connect_timeout: 5m}", want: "config.yaml: server.connect_timeout: must be at most 1m, not 5m", wantKey: "server.connect_timeout", route: -1},
+		{name: "queue timeout above ceiling", config: "server: {worker_queue_timeout: 1m}", want: "config.yaml: server.worker_queue_timeout: must be at most 30s, not 1m", wantKey: "server.worker_queue_timeout", route: -1},
+		{name: "shutdown timeout above ceiling", config: "server: {shutdown_timeout: 2h}", want: "config.yaml: server.shutdown_timeout: must be at most 1h, not 2h", wantKey: "server.shutdown_timeout", route: -1},
+		{name: "drain delay above ceiling", config: "server: {drain_delay: 1h}", want: "config.yaml: server.drain_delay: must be at most 10m, not 1h", wantKey: "server.drain_delay", route: -1},
+		{name: "max header bytes above ceiling", config: "server: {max_header_bytes: 1TiB}", want: "config.yaml: server.max_header_bytes: must be at most 1048576 (1 MiB), not 1099511627776: every open connection holds a read buffer of this size", wantKey: "server.max_header_bytes", route: -1},
+		{name: "max header bytes below floor", config: "server: {max_header_bytes: 100}", want: "config.yaml: server.max_header_bytes: must be at least 1024 (1 KiB), not 100: the headers every client sends would not fit", wantKey: "server.max_header_bytes", route: -1},
+		{name: "stream threshold above ceiling", config: "server: {stream_threshold_bytes: 9223372036854775807}", want: "config.yaml: server.stream_threshold_bytes: must be at most 1073741824 (1 GiB), not 9223372036854775807: bodies at or below it are buffered whole in memory", wantKey: "server.stream_threshold_bytes", route: -1},
+		{name: "health path encodes unreserved", config: "server: {health_path: /st%61tus}", want: `config.yaml: server.health_path: "/st%61tus" must not percent-encode "a" (%61): request paths are matched after it is decoded; write "/status"`, wantKey: "server.health_path", route: -1},
+		{name: "metrics path malformed percent", config: "server: {metrics_path: /m%2}", want: `config.yaml: server.metrics_path: "/m%2" has a % not followed by two hex digits: such request paths are refused`, wantKey: "server.metrics_path", route: -1},
+		{name: "route prefix encodes unreserved", routes: route(`type: upstream, prefix: /api%2Dv1, target: "http://127.0.0.1:9001"`), want: `routes.yaml: routes[0] (/api%2Dv1): prefix: "/api%2Dv1" must not percent-encode "-" (%2D): request paths are matched after it is decoded; write "/api-v1"`, wantKey: "prefix", route: 0},
+		{name: "route read timeout below floor", routes: route(legacy + ", read_timeout: 1ms"), want: "routes.yaml: routes[0] (/legacy): read_timeout: must be at least 100ms, not 1ms: ...", wantKey: "read_timeout", route: 0},
+		{name: "route connect timeout above ceiling", routes: route(legacy + ", connect_timeout: 1h"), want: "routes.yaml: routes[0] (/legacy): connect_timeout: must be at most 1m, not 1h", wantKey: "connect_timeout", route: 0},
 		{name: "bad chunked mode", config: "server: {inbound_chunked_mode: smuggle}", want: `config.yaml: server.inbound_chunked_mode: must be normalize or passthrough, not "smuggle"`, wantKey: "server.inbound_chunked_mode", route: -1},
 		{name: "health path relative", config: "server: {health_path: health}", want: `config.yaml: server.health_path: must start with /, not "health"`, wantKey: "server.health_path", route: -1},
 		{name: "metrics path is health path", config: "server: {metrics_path: /health}", want: "config.yaml: server.metrics_path: must differ from health_path (/health)", wantKey: "server.metrics_path", route: -1},
@@ -275,5 +296,34 @@ func TestAllErrorsReported(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("errors\n got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestElevatedBudgetExact: floor(worker_pool_size × elevated_share) on the decimal written, not
+// on its float64 (100 × 0.29 was 28, 100 × 0.57 was 56; issue 14).
+func TestElevatedBudgetExact(t *testing.T) {
+	for _, tc := range []struct {
+		workers int
+		share   string
+		want    int
+	}{
+		{100, "0.29", 29}, {100, "0.57", 57}, {128, "0.25", 32}, {10, "0.01", 1}, {1000, "0.333", 333},
+		{3, "0.5", 1}, {7, "1", 7}, {100, "0.58", 58}, {1 << 20, "0.1", 104857},
+	} {
+		cfg, err := loadStrings("server: {worker_pool_size: "+strconv.Itoa(tc.workers)+", elevated_share: "+tc.share+"}", okRoute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.ElevatedBudget(); got != tc.want {
+			t.Errorf("worker_pool_size %d, elevated_share %s: budget %d, want %d", tc.workers, tc.share, got, tc.want)
+		}
+	}
+}
+
+// TestDurationBoundsAccepted: the bounds themselves are accepted.
+func TestDurationBoundsAccepted(t *testing.T) {
+	cfg := "server: {read_timeout: 100ms, write_timeout: 1h, idle_timeout: 100ms, response_header_timeout: 100ms, connect_timeout: 10ms, upstream_idle_timeout: 1s, worker_queue_timeout: 30s, shutdown_timeout: 1h, drain_delay: 10m, max_header_bytes: 1MiB, stream_threshold_bytes: 1GiB}"
+	if _, err := loadStrings(cfg, okRoute); err != nil {
+		t.Errorf("the bounds themselves: %v", err)
 	}
 }

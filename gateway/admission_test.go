@@ -158,6 +158,21 @@ func TestElevatedBudgetShared(t *testing.T) {
 	if n := gw.g.budget.InFlight(); n != 4 {
 		t.Errorf("elevated in flight %d", n)
 	}
+	// A request to an elevated route whose own bulkhead has room gets the budget's 503: the
+	// route text, Retry-After, and the elevated_budget reason (not concurrency).
+	route := "/a"
+	if gw.g.stats.get("/a").bulkhead.InFlight() >= 4 {
+		route = "/b"
+	}
+	metric := `toron_rejected_total{route="` + route + `",reason="elevated_budget"}`
+	before := scrape(t, gw.addr)[metric]
+	s, body, hdr, err := getStatus(gw.addr, route+"/over-budget")
+	if err != nil || s != 503 || body != `{"error":"503 Service Unavailable: Route concurrency limit reached"}` || hdr.Get("Retry-After") != "5" {
+		t.Errorf("over the elevated budget: %d %s Retry-After %q %v", s, body, hdr.Get("Retry-After"), err)
+	}
+	if after := scrape(t, gw.addr)[metric]; after != before+1 {
+		t.Errorf("%s went from %v to %v, want one more", metric, before, after)
+	}
 	// A fast route is untouched by the elevated budget.
 	if s, _, _, err := getStatus(gw.addr, "/api/fast?delay=1ms"); err != nil || s != 200 {
 		t.Errorf("fast route while elevated budget is full: %d %v", s, err)

@@ -66,6 +66,8 @@ var (
 		"502 Bad Gateway: upstream response could not be read", false)
 	rejUpstreamTLS = newRejection(fasthttp.StatusBadGateway, reasonUpstreamError,
 		"502 Bad Gateway: upstream TLS handshake failed", false)
+	rejExpectation = newRejection(fasthttp.StatusExpectationFailed, reasonBadRequest,
+		"417 Expectation Failed: only Expect: 100-continue is supported", false)
 	rejInternal = newRejection(fasthttp.StatusInternalServerError, reasonNone,
 		"500 Internal Server Error: the gateway failed to handle the request", false)
 )

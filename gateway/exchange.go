@@ -121,6 +121,7 @@ func (x *exchange) begin(g *Gateway, ctx *fasthttp.RequestCtx) {
 	x.bytesOut = 0
 	x.headerWait = 0
 	x.upAddr = ""
+	x.body.err = nil // a body is read whole only once attachBody read it for this request
 	x.path = x.path[:0]
 	x.method = x.method[:0]
 	x.reqID = x.reqID[:0]

@@ -140,7 +140,10 @@ func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	g.snap.Store(snap)
+	// The snapshot is put in force here, once, on the caller's goroutine: Serve must not store
+	// it again, or a reload handled between New and Serve (a SIGHUP during startup) would be
+	// overwritten by the configuration it replaced.
+	g.applySnapshot(snap)
 
 	s := &cfg.Server
 	g.srv = &fasthttp.Server{
@@ -289,7 +292,6 @@ func (g *Gateway) Listen() (net.Listener, error) {
 
 // Serve serves client connections from ln until Shutdown.
 func (g *Gateway) Serve(ln net.Listener) error {
-	g.applySnapshot(g.snap.Load())
 	ln = g.proxyProtocol(ln) // below TLS: the PROXY header comes first (proxyproto.go)
 	l := newListener(ln, g)
 	g.ln.Store(l)

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"errors"
+	"io"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -48,6 +49,7 @@ func (g *Gateway) onHeaders(h *fasthttp.RequestHeader) (rc fasthttp.RequestConfi
 		}
 	}()
 	g.decide(h, x)
+	fault(faultHeaderHook)
 	srv := &x.snap.cfg.Server
 	cc.bodyPhase = false
 	cc.writeWin.Reset(srv.WriteTimeout, srv.MinProgressBytes)
@@ -109,6 +111,11 @@ func (g *Gateway) decide(h *fasthttp.RequestHeader, x *exchange) {
 	x.method = append(x.method[:0], h.Method()...)
 	x.setRequestID(h)
 	x.resolveClientIP(h)
+	if unsupportedExpectation(h) {
+		// Decided from the headers, before any body byte and before routing (expect.go).
+		x.reject(rejExpectation)
+		return
+	}
 
 	// Step 3: the gateway's own paths, before the route table, never taking a worker.
 	switch {
@@ -292,6 +299,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	case x.ws.upgrade:
 		g.tunnel(ctx, cc, x)
 	default:
+		fault(faultHandler)
 		g.proxy(ctx, cc, x)
 	}
 }
@@ -313,6 +321,14 @@ func (g *Gateway) writeRejection(ctx *fasthttp.RequestCtx, x *exchange, r *rejec
 	}
 	if x.bodyAnnounced || closesConnection(r.status) {
 		ctx.SetConnectionClose()
+	}
+	if x.bodyAnnounced && !errors.Is(x.body.err, io.EOF) && r.reason != reasonReadTimeout && r.reason != reasonSlowClient {
+		// Every answer given while the client may still be sending its body (a 502 of a refused
+		// dial or an exhausted pool, an upstream reset mid-upload, the 500 of a panic, ...)
+		// closes lingering: closing with unread bytes sends a reset, which can destroy the
+		// answer before the client reads it (SPEC 12). A client cut for being slow was barely
+		// sending and closes at once (lingerUnlessTimeout).
+		x.conn.linger.Store(true)
 	}
 	x.bytesOut = int64(len(r.body))
 }

@@ -3,15 +3,16 @@ package gateway
 import (
 	"bytes"
 	"errors"
-	"iter"
 	"strings"
 
 	"github.com/valyala/fasthttp"
 )
 
 // hopByHop are the headers of one connection, never forwarded in either direction (SPEC 7,
-// RFC 9110 7.6.1), besides those the Connection header names.
+// RFC 9110 7.6.1), besides those the Connection header names. Expect is among them: Toron
+// answers it itself (SPEC 3 step 7, expect.go).
 var hopByHop = [][]byte{
+	hdrExpect,
 	[]byte("Connection"),
 	[]byte("Keep-Alive"),
 	[]byte("Proxy-Connection"),
@@ -67,26 +68,14 @@ func headerListHas(list, k []byte) bool {
 	return false
 }
 
-// appendConnectionTokens appends the values of every Connection header line in all to dst, as
-// one comma-separated list: several lines of a list header are one list (RFC 9110 5.3), and a
-// header named on any of them is hop-by-hop.
-func appendConnectionTokens(dst []byte, all iter.Seq2[[]byte, []byte]) []byte {
-	for k, v := range all {
-		if equalFold(k, hdrConnectionName) {
-			dst = append(dst, v...)
-			dst = append(dst, ',')
-		}
-	}
-	return dst
-}
-
 // copyResponseHeaders copies the upstream's end-to-end response headers to the client response.
 // Content-Length and framing are set by the body that follows.
 func copyResponseHeaders(dst, src *fasthttp.ResponseHeader) {
 	var stack [128]byte
-	connTokens := appendConnectionTokens(stack[:0], src.All())
+	named, table := collectConnNames(stack[:0], src.PeekAll(fasthttp.HeaderConnection))
+	defer releaseConnTable(table)
 	for k, v := range src.All() {
-		if isHopByHop(k) || headerListHas(connTokens, k) || equalFold(k, hdrContentLength) {
+		if isHopByHop(k) || named.has(k) || equalFold(k, hdrContentLength) {
 			continue
 		}
 		dst.AddBytesKV(k, v)
@@ -178,6 +167,9 @@ func validateHeaders(h *fasthttp.RequestHeader) error {
 	if nCL > 0 && nTE > 0 {
 		return errBadFraming
 	}
+	if host := h.Host(); len(host) > 0 && !validHost(host) {
+		return errBadFraming // not host[:port] (SPEC 7; host.go)
+	}
 	if h.Protocol()[7] != '0' && len(h.Host()) == 0 {
 		return errBadFraming
 	}
@@ -216,6 +208,9 @@ func validRequestLine(h *fasthttp.RequestHeader) bool {
 			return false
 		}
 	}
+	if !validPercentEncoding(target) {
+		return false
+	}
 	switch {
 	case target[0] == '/':
 		return true
@@ -233,9 +228,10 @@ func validRequestLine(h *fasthttp.RequestHeader) bool {
 		return false
 	}
 	// An http(s) URI with an empty host is invalid (RFC 9110 4.2.1), and one with userinfo is
-	// refused too (RFC 9110 4.2.4 deprecates it; it only ever served to mislead).
+	// refused too (RFC 9110 4.2.4 deprecates it; it only ever served to mislead): the authority
+	// must be host[:port], as the Host header it replaces (validHost).
 	auth, _ := targetAuthority(target)
-	return len(hostName(auth)) > 0 && bytes.IndexByte(auth, '@') < 0
+	return validHost(auth)
 }
 
 // targetAuthority returns the authority of an absolute-form request-target

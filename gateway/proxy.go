@@ -213,13 +213,14 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 	}
 
 	var stack [128]byte
-	connTokens := appendConnectionTokens(stack[:0], in.All())
+	named, table := collectConnNames(stack[:0], in.PeekAll(fasthttp.HeaderConnection)) // connnames.go
+	defer releaseConnTable(table)
 	// X-Forwarded-For: every previous hop (several header lines are one list, RFC 9110 5.3),
 	// then the client, built in a buffer the exchange reuses (SetBytesKV copies it).
 	buf := x.xff[:0]
 	for k, v := range in.All() {
 		switch {
-		case isHopByHop(k), headerListHas(connTokens, k),
+		case isHopByHop(k), named.has(k),
 			equalFold(k, hdrHost), equalFold(k, hdrContentLength),
 			equalFold(k, hdrXForwardedProto), equalFold(k, hdrXForwardedHost), equalFold(k, headerRequestID):
 			continue

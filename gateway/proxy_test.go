@@ -294,7 +294,22 @@ func TestStaleConnCheckedBeforeBody(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("warm-up status %d", resp.StatusCode)
 	}
-	time.Sleep(100 * time.Millisecond)
+	// The upstream closed the idle connection: its read loop finds the FIN and takes it out of
+	// the pool (upstream.go) before any request can be lent it.
+	p := poolOf(gw.g.snap.Load().routes[0].set.Targets()[0])
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p.mu.Lock()
+		n := len(p.idle)
+		p.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the closed idle connection stayed in the pool")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	resp = rawRequest(t, gw.addr, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello")
 	if resp.StatusCode != 200 {
 		t.Fatalf("POST after the upstream closed the idle connection: status %d %s", resp.StatusCode, resp.body)
@@ -318,16 +333,22 @@ func TestNoRetryOnceBodyRead(t *testing.T) {
 	if resp := rawRequest(t, gw.addr, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 200 {
 		t.Fatalf("warm-up status %d", resp.StatusCode)
 	}
-	time.Sleep(100 * time.Millisecond)
 	c := dialRaw(t, gw.addr)
 	// The connection is lent (and found open) once fasthttp's pre-read of the body's first
-	// 8 KiB is done; the upstream closes it while the gateway, having read 20 kB of the body
-	// into its 32 KiB upstream write buffer, waits for the rest.
+	// 8 KiB is done; the upstream closes it while the gateway, having forwarded the first 20 kB
+	// of the body, waits for the rest. Each step waits for its event
+	// in the kernel's socket table, not for a sleep: the gateway read all the client sent (its
+	// receive queue for the client is empty), then the upstream's FIN reached the gateway's end.
+	upPort, gwPort, cPort := portOf(t, addr), portOf(t, gw.addr), portOf(t, c.LocalAddr().String())
 	io.WriteString(c, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n")
 	c.Write(make([]byte, 20000))
-	time.Sleep(100 * time.Millisecond)
+	waitSocket(t, "the gateway reading the first 20 kB", func(st, lp, rp int, q int64) bool {
+		return st == tcpEstablished && lp == gwPort && rp == cPort && q == 0
+	})
 	close(closeNow)
-	time.Sleep(100 * time.Millisecond)
+	// The upstream closed it: a FIN, or a reset for the body bytes it never read; either way the
+	// gateway's end is no longer established.
+	waitNoSocket(t, "the upstream's close", func(st, _, rp int, _ int64) bool { return st == tcpEstablished && rp == upPort })
 	c.Write(make([]byte, 80000))
 	resp := readRawResponse(t, c, "POST")
 	if resp.StatusCode != 502 {
@@ -356,12 +377,11 @@ func TestBadGatewayOnDialFailures(t *testing.T) {
 		}
 	}()
 	t.Cleanup(func() { rl.Close() })
-	up := startUpstream(t, nil)
 
 	gw := startGateway(t, "",
 		upstreamRoute("/refused", refused, "")+
 			upstreamRoute("/reset", rl.Addr().String(), "")+
-			upstreamRoute("/slowdial", up.addr, "connect_timeout: 1ns"))
+			upstreamRoute("/slowdial", blackholeAddr(t), "connect_timeout: 200ms"))
 	for _, tc := range []struct{ path, want string }{
 		{"/refused", "502 Bad Gateway: upstream connection refused"},
 		{"/reset", "502 Bad Gateway: upstream closed the connection before its response headers"},

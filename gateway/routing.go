@@ -88,17 +88,28 @@ func normalizePath(dst, path []byte) []byte {
 }
 
 // appendDecodedSegment appends seg to dst with its percent-encoded unreserved characters
-// decoded (RFC 3986 2.3, 6.2.2.2); other percent-encodings and malformed ones stay as sent.
+// decoded (RFC 3986 2.3, 6.2.2.2); other percent-encodings stay as sent. From a malformed one
+// ('%' not followed by two hex digits) on, the rest of the segment is copied as sent: decoding
+// after it could complete it into a new escape ("%7%61" would become "%7a", which a second pass
+// reads as "z"), and normalization must be idempotent, or a path matched once means something
+// else to an upstream that decodes it again. The gateway refuses such request paths before
+// routing (validPercentEncoding); this keeps normalizePath sound on any input.
 func appendDecodedSegment(dst, seg []byte) []byte {
 	if bytes.IndexByte(seg, '%') < 0 {
 		return append(dst, seg...)
 	}
 	for k := 0; k < len(seg); k++ {
 		c := seg[k]
-		if c == '%' && k+2 < len(seg) {
+		if c == '%' {
+			if k+2 >= len(seg) {
+				return append(dst, seg[k:]...)
+			}
 			hi, ok1 := streaming.HexValue(seg[k+1])
 			lo, ok2 := streaming.HexValue(seg[k+2])
-			if d := hi<<4 | lo; ok1 && ok2 && isUnreserved(d) {
+			if !ok1 || !ok2 {
+				return append(dst, seg[k:]...)
+			}
+			if d := hi<<4 | lo; isUnreserved(d) {
 				dst = append(dst, d)
 				k += 2
 				continue

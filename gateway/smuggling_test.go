@@ -387,7 +387,7 @@ func TestSmugglingCorpusShape(t *testing.T) {
 		t.Errorf("%d accept cases, want at least 3", accepts)
 	}
 	for _, class := range []string{"cl-te", "te-cl", "te", "cl-dup", "cl-value", "chunk", "trailer",
-		"bare-lf", "obs-fold", "ctl", "request-line", "field-syntax", "valid"} {
+		"bare-lf", "obs-fold", "ctl", "request-line", "field-syntax", "host", "percent", "expect", "cl-0", "0-cl", "valid"} {
 		if perClass[class] == 0 {
 			t.Errorf("no case of class %q", class)
 		}

@@ -205,8 +205,10 @@ func TestClientAbortMidUploadCancelsUpstream(t *testing.T) {
 	c.Close()
 	select {
 	case at := <-aborted:
-		if d := at.Sub(closedAt); d > 500*time.Millisecond {
-			t.Errorf("upstream saw the abort after %v", d)
+		// At once on an idle machine; the bound is generous for -race on loaded cores, and far
+		// below read_timeout (5 s), which a missed abort would wait for.
+		if d := at.Sub(closedAt); d > 3*time.Second {
+			t.Errorf("upstream saw the abort after %v, want at once (bound 3 s)", d)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("upstream never saw the client abort")
@@ -277,12 +279,24 @@ func TestUpstreamFailureDuringChunkedBodyIs502(t *testing.T) {
 			c.Close()
 		}
 	})
+	// The staller never reads the body and never answers on its own: only the gateway's
+	// upstream write window can end the request (before, it returned after 3 s and net/http's
+	// close produced the 502 even with that window broken).
+	release := make(chan struct{})
 	staller := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(3 * time.Second)
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
 	})
+	t.Cleanup(func() { close(release) }) // before the upstream's shutdown (cleanups run last first)
 	gw := startGateway(t, "", upstreamRoute("/close", closer.addr, "max_body_bytes: 1GiB\nmax_concurrency: 4\ninbound_chunked_mode: passthrough")+
 		upstreamRoute("/stall", staller.addr, "max_body_bytes: 1GiB\nmax_concurrency: 4\nwrite_timeout: 1s\ninbound_chunked_mode: passthrough"))
-	for _, path := range []string{"/close/x", "/stall/x"} {
+	for _, tc := range []struct{ path, body string }{
+		{"/close/x", `{"error":"502 Bad Gateway: `},
+		{"/stall/x", `{"error":"502 Bad Gateway: upstream stopped reading the request"}`},
+	} {
+		path := tc.path
 		c, err := net.Dial("tcp", gw.addr)
 		if err != nil {
 			t.Fatal(err)
@@ -296,10 +310,14 @@ func TestUpstreamFailureDuringChunkedBodyIs502(t *testing.T) {
 				}
 			}
 		}()
+		start := time.Now()
 		resp := readRawResponse(t, c, "POST")
 		c.Close()
-		if resp.StatusCode != 502 {
-			t.Errorf("%s: %d %s, want 502", path, resp.StatusCode, resp.body)
+		if resp.StatusCode != 502 || !strings.HasPrefix(string(resp.body), tc.body) {
+			t.Errorf("%s: %d %s, want %s", path, resp.StatusCode, resp.body, tc.body)
+		}
+		if d := time.Since(start); d > 8*time.Second {
+			t.Errorf("%s: the 502 came after %v; the upstream write window is 1s", path, d)
 		}
 	}
 }

@@ -123,7 +123,8 @@ func checkUpgrade(h *fasthttp.RequestHeader, x *exchange) bool {
 		return false
 	}
 	var conn, upgrade [128]byte
-	connTokens := appendConnectionTokens(conn[:0], h.All())
+	named, table := collectConnNames(conn[:0], h.PeekAll(fasthttp.HeaderConnection))
+	defer releaseConnTable(table)
 	upTokens := appendHeaderValues(upgrade[:0], h, hdrUpgrade)
 	if !isOnlyToken(upTokens, tokenWebSocket) {
 		// h2c, TLS/1.0, a list of protocols: Toron speaks none of them (SPEC 11).
@@ -135,7 +136,7 @@ func checkUpgrade(h *fasthttp.RequestHeader, x *exchange) bool {
 		x.reject(rejBadUpgrade)
 		return false
 	}
-	if !equalFold(h.Method(), methodGet) || !headerListHas(connTokens, tokenUpgradeLower) {
+	if !equalFold(h.Method(), methodGet) || !named.has(tokenUpgradeLower) {
 		x.reject(rejUpgrade)
 		return false
 	}
@@ -311,10 +312,11 @@ func appendResponseHeaderValues(dst []byte, h *fasthttp.ResponseHeader, k []byte
 func appendSwitchingHead(dst []byte, h *fasthttp.ResponseHeader, reqID []byte) []byte {
 	dst = append(dst, switchingStatusLine...)
 	var stack [128]byte
-	connTokens := appendConnectionTokens(stack[:0], h.All())
+	named, table := collectConnNames(stack[:0], h.PeekAll(fasthttp.HeaderConnection))
+	defer releaseConnTable(table)
 	for k, v := range h.All() {
 		sec := len(k) > len(secWebSocketPrefix) && equalFold(k[:len(secWebSocketPrefix)], secWebSocketPrefix)
-		if !sec && (isHopByHop(k) || headerListHas(connTokens, k) || equalFold(k, hdrContentLength) || equalFold(k, headerRequestID)) {
+		if !sec && (isHopByHop(k) || named.has(k) || equalFold(k, hdrContentLength) || equalFold(k, headerRequestID)) {
 			continue
 		}
 		dst = appendHeaderLine(dst, k, v)

@@ -16,16 +16,27 @@ func TestWindowRearmsOnlyPastHalf(t *testing.T) {
 	if d, ok := w.Before(now); !ok || !d.Equal(now.Add(10*time.Second)) {
 		t.Fatalf("first operation must arm the deadline: %v %v", d, ok)
 	}
-	// 1000 fast reads of 64 KiB, 1 ms apart: re-armed once every ~5 s of wall time.
+	armed := now.Add(10 * time.Second)
+	// 1000 fast reads of 64 KiB, 20 ms apart, 20 s in all: past half the window four times, so
+	// re-armed about once every 5 s, and never left with less than half the window ahead.
+	rearms := w.Rearms
 	for i := 0; i < 1000; i++ {
-		now = now.Add(time.Millisecond)
-		w.Before(now)
+		now = now.Add(20 * time.Millisecond)
+		if d, ok := w.Before(now); ok {
+			if !d.Equal(now.Add(10 * time.Second)) {
+				t.Fatalf("re-armed at %v to %v, want a full window ahead", now.Sub(t0), d.Sub(t0))
+			}
+			armed = d
+		}
+		if left := armed.Sub(now); left < 5*time.Second {
+			t.Fatalf("at %v only %v of the deadline left: it must be re-armed once less than half remains", now.Sub(t0), left)
+		}
 		if err := w.After(now, now.Add(100*time.Microsecond), 64<<10, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if w.Rearms > 2 || w.Ops != 1000 {
-		t.Errorf("%d re-arms for %d reads", w.Rearms, w.Ops)
+	if n := w.Rearms - rearms; n < 3 || n > 4 || w.Ops != 1000 {
+		t.Errorf("%d re-arms for %d reads over 20 s of a 10 s window, want 3 or 4", n, w.Ops)
 	}
 }
 
