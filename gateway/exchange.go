@@ -174,7 +174,7 @@ func (x *exchange) finish() {
 
 // logAccess writes the access line of SPEC 8.
 func (g *Gateway) logAccess(x *exchange) {
-	ce := g.log.Check(zap.InfoLevel, "request")
+	ce := g.log.Check(zap.InfoLevel, AccessLogMessage)
 	if ce == nil {
 		return
 	}
