@@ -121,6 +121,16 @@ type clientConn struct {
 	// deadlineSets counts the Set*Deadline calls on the connection, for tests; the windows'
 	// own re-arms are in their Rearms.
 	deadlineSets int64
+	// remote is RemoteAddr().String(), made once for the connection's access lines.
+	remote string
+}
+
+// remoteString returns the client's address as host:port, computed once per connection.
+func (c *clientConn) remoteString() string {
+	if c.remote == "" {
+		c.remote = c.RemoteAddr().String()
+	}
+	return c.remote
 }
 
 // Read reads from the client. While a request body is read, the activity window of SPEC 5

@@ -71,7 +71,8 @@ type exchange struct {
 	body      bodyReader
 	rs        respStream
 
-	elapsed time.Duration // from start to finish, for the duration histogram and the access line
+	elapsed   time.Duration // from start to finish, for the duration histogram and the access line
+	logFields [16]zap.Field // the access line's fields, reused (logAccess)
 }
 
 // begin starts the exchange of a new request on this connection. A previous request that was
@@ -183,15 +184,17 @@ func (g *Gateway) logAccess(x *exchange) {
 	if ce == nil {
 		return
 	}
-	remote := x.conn.RemoteAddr().String()
+	remote := x.conn.remoteString()
 	method, path := x.method, x.path
-	// Strings, not ByteStrings: the buffers are reused by the connection's next request, and a
-	// zap core may keep fields beyond Write.
-	ce.Write(
-		zap.String("request_id", string(x.reqID)),
+	// The buffers are reused by the connection's next request: s copies them unless the core
+	// encodes the line before Write returns (logString). The fields go in the exchange's own
+	// array, not a slice allocated per line.
+	s := g.logString
+	ce.Write(append(x.logFields[:0],
+		zap.String("request_id", s(x.reqID)),
 		zap.String("route", x.stats.name),
-		zap.String("method", string(method)),
-		zap.String("path", string(path)),
+		zap.String("method", s(method)),
+		zap.String("path", s(path)),
 		zap.Int("status", x.status),
 		zap.Int64("bytes_in", x.bytesIn),
 		zap.Int64("bytes_out", x.bytesOut),
@@ -199,7 +202,7 @@ func (g *Gateway) logAccess(x *exchange) {
 		zap.Duration("upstream_header_wait", x.headerWait),
 		zap.String("reject_reason", x.reason.String()),
 		zap.String("remote", remote),
-	)
+	)...)
 }
 
 // ctx returns the connection's RequestCtx (fasthttp keeps one per connection).

@@ -4,6 +4,7 @@ import (
 	"io"
 	"sync"
 	"time"
+	"unsafe"
 
 	"go.uber.org/zap/zapcore"
 )
@@ -151,4 +152,19 @@ func (c *flushCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 		}
 	}
 	return err
+}
+
+// logString returns b as a string field value for the access line. The sink's core encodes an
+// entry into its buffer before Write returns, and nothing else keeps the fields, so there b is
+// used in place, without a copy (its buffers are the connection's, reused only by its next
+// request, after the line was written). Any other core (zaptest's observer keeps fields to be
+// read later; a sampler or a tee may) gets a copy.
+func (g *Gateway) logString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if _, ok := g.log.Core().(*flushCore); ok {
+		return unsafe.String(&b[0], len(b))
+	}
+	return string(b)
 }
