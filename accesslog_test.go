@@ -142,8 +142,9 @@ func TestAccessLogFlushedOnBinary(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if d := time.Since(start); d > 2500*time.Millisecond {
-		t.Errorf("the access line took %v to appear, want at most about 1-2s", d)
+	// The sink writes every second; 3 s leaves room for a loaded machine.
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("the access line took %v to appear, want about 1 s", d)
 	}
 
 	const burst = 50
