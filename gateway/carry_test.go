@@ -1,6 +1,10 @@
 package gateway
 
 import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
 	"testing"
 	"time"
 
@@ -59,5 +63,36 @@ func TestKeepAliveRequestsCarryDeadlines(t *testing.T) {
 	}
 	if sets >= requests {
 		t.Errorf("%d deadline sets for %d keep-alive requests: one or more per request", sets, requests)
+	}
+}
+
+// TestCarriedWriteDeadlineShrinks: a write deadline carried from an elevated route's long
+// window (30 s) is pulled in when the same keep-alive connection's next request is on a route
+// with a 1 s window, so a client that stops reading that response is cut within a few
+// seconds, not after the 30 s of the previous request's window.
+func TestCarriedWriteDeadlineShrinks(t *testing.T) {
+	t.Parallel()
+	up := startUpstream(t, bigHandler)
+	gw := startGateway(t, "write_timeout: 1s\n", upstreamRoute("/legacy", up.addr, "write_timeout: 30s")+upstreamRoute("/", up.addr, ""))
+	c := dialRaw(t, gw.addr)
+	br := bufio.NewReader(c)
+	fmt.Fprintf(c, "GET /legacy/big?size=1000 HTTP/1.1\r\nHost: a\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := io.Copy(io.Discard, resp.Body); err != nil || n != 1000 || resp.StatusCode != 200 {
+		t.Fatalf("first response: %d, %d bytes, %v", resp.StatusCode, n, err)
+	}
+	resp.Body.Close()
+
+	const size = 64 << 20
+	fmt.Fprintf(c, "GET /big?size=%d HTTP/1.1\r\nHost: a\r\n\r\n", size)
+	// Not a byte read for 6 s: with the 1 s window the gateway gives up within about two.
+	time.Sleep(6 * time.Second)
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	n, err := io.Copy(io.Discard, br)
+	if n >= size {
+		t.Fatalf("a reader that stopped for 6 s got the whole body (%d bytes, %v): the 30 s deadline was carried", n, err)
 	}
 }
