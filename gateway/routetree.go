@@ -67,8 +67,10 @@ func (t *prefixTree) insert(prefix string, r routeCandidate) {
 	n.routes = append(n.routes, r)
 }
 
-// seal computes every node's depth and nearest ancestor with routes.
+// seal lays the tree out compactly, then computes every node's depth and nearest ancestor
+// with routes.
 func (t *prefixTree) seal() {
+	t.compact()
 	var walk func(n *prefixNode, depth int, up *prefixNode)
 	walk = func(n *prefixNode, depth int, up *prefixNode) {
 		n.depth, n.up = depth, up
@@ -86,6 +88,53 @@ func (t *prefixTree) seal() {
 		}
 	}
 	walk(&t.root, 0, nil)
+}
+
+// compact copies the nodes below the root into one array in depth-first order, their child
+// lists, routes and label bytes into one array each: a lookup down a path then reads
+// neighbouring memory instead of a separate allocation per node, label and list, which at
+// thousands of routes is what a lookup waits for (BenchmarkRouteMatch at 10,000 routes).
+func (t *prefixTree) compact() {
+	var nodes, routes int
+	var text strings.Builder
+	var count func(n *prefixNode)
+	count = func(n *prefixNode) {
+		nodes += len(n.children)
+		routes += len(n.routes)
+		text.WriteString(n.label)
+		text.WriteString(n.firsts)
+		for _, c := range n.children {
+			count(c)
+		}
+	}
+	count(&t.root)
+	all, off := text.String(), 0
+	nodeArena := make([]prefixNode, 0, nodes)
+	childArena := make([]*prefixNode, 0, nodes)
+	routeArena := make([]routeCandidate, 0, routes)
+	// The arenas never grow (their sizes were counted), so pointers into them stay valid.
+	var copyNode func(dst, src *prefixNode)
+	copyNode = func(dst, src *prefixNode) {
+		dst.label = all[off : off+len(src.label)]
+		off += len(src.label)
+		dst.firsts = all[off : off+len(src.firsts)]
+		off += len(src.firsts)
+		start := len(routeArena)
+		routeArena = append(routeArena, src.routes...)
+		dst.routes = routeArena[start:len(routeArena):len(routeArena)]
+		start = len(childArena)
+		for range src.children {
+			nodeArena = append(nodeArena, prefixNode{})
+			childArena = append(childArena, &nodeArena[len(nodeArena)-1])
+		}
+		dst.children = childArena[start:len(childArena):len(childArena)]
+		for i, c := range src.children {
+			copyNode(dst.children[i], c)
+		}
+	}
+	root := t.root
+	t.root = prefixNode{}
+	copyNode(&t.root, &root)
 }
 
 // match returns the index of the route with the longest prefix of path (at a segment
