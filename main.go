@@ -132,12 +132,13 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 
-	log, level, err := newLogger(cfg.Log, stderr)
+	log, level, closeLog, err := newLogger(cfg.Log, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "toron: %v\n", err)
 		return exitConfig
 	}
-	defer func() { _ = log.Sync() }()
+	// Every return below, clean stop, signal or error, writes the buffered lines.
+	defer closeLog()
 	logFormat := cfg.Log.Format // the encoder's, for the life of the process
 
 	// /metrics carries # HELP and # TYPE lines, so that Prometheus types every family
@@ -276,13 +277,15 @@ func hostForURL(a net.Addr) string {
 }
 
 // newLogger builds the zap logger of the log section: JSON or console, at the configured level
-// (an AtomicLevel, so that a reload can change it), to stderr.
-func newLogger(l conf.Log, w io.Writer) (*zap.Logger, zap.AtomicLevel, error) {
+// (an AtomicLevel, so that a reload can change it), to stderr through a buffered sink
+// (logSink): access lines are written at least every second, other lines at once. closeLog
+// writes what is left; call it before exiting.
+func newLogger(l conf.Log, w io.Writer) (log *zap.Logger, level zap.AtomicLevel, closeLog func(), err error) {
 	parsed, err := zapcore.ParseLevel(l.Level)
 	if err != nil {
-		return nil, zap.AtomicLevel{}, fmt.Errorf("log.level: %w", err)
+		return nil, zap.AtomicLevel{}, nil, fmt.Errorf("log.level: %w", err)
 	}
-	level := zap.NewAtomicLevelAt(parsed)
+	level = zap.NewAtomicLevelAt(parsed)
 	ec := zap.NewProductionEncoderConfig()
 	ec.TimeKey = "time"
 	ec.EncodeTime = zapcore.RFC3339NanoTimeEncoder
@@ -293,6 +296,6 @@ func newLogger(l conf.Log, w io.Writer) (*zap.Logger, zap.AtomicLevel, error) {
 	} else {
 		enc = zapcore.NewJSONEncoder(ec)
 	}
-	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), level)
-	return zap.New(core), level, nil
+	sink := gateway.NewLogSink(w, gateway.LogBufferBytes, gateway.LogFlushInterval)
+	return zap.New(sink.Core(enc, level)), level, func() { _ = sink.Close() }, nil
 }

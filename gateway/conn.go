@@ -47,7 +47,7 @@ func (l *listener) Accept() (net.Conn, error) {
 	cc := &clientConn{Conn: c, ln: l, activeAt: time.Now()}
 	cc.x.conn = cc
 	// The first request's line and headers must arrive within read_timeout of the accept.
-	_ = c.SetReadDeadline(cc.activeAt.Add(l.g.snap.Load().cfg.Server.ReadTimeout))
+	_ = cc.SetReadDeadline(cc.activeAt.Add(l.g.snap.Load().cfg.Server.ReadTimeout))
 	l.mu.Lock()
 	l.conns[cc] = struct{}{}
 	l.mu.Unlock()
@@ -112,7 +112,9 @@ type clientConn struct {
 	closed atomic.Bool
 
 	// bodyPhase is true while the request body is read: reads go through readWin. Writes
-	// always go through writeWin. Both are reset for each request in onHeaders.
+	// always go through writeWin. Both start over for each request in onHeaders, and keep
+	// the socket's deadline across requests (timeouts.Window.Carry): readWin knows every read
+	// deadline set on the socket, writeWin every write deadline (the Set*Deadline methods).
 	bodyPhase bool
 	headBytes int64 // bytes read since the connection went idle (or was accepted)
 	// activeAt is when the current request's first byte arrived (or the connection was
@@ -120,6 +122,20 @@ type clientConn struct {
 	activeAt time.Time
 	readWin  timeouts.Window
 	writeWin timeouts.Window
+
+	// deadlineSets counts the Set*Deadline calls on the connection, for tests; the windows'
+	// own re-arms are in their Rearms.
+	deadlineSets int64
+	// remote is RemoteAddr().String(), made once for the connection's access lines.
+	remote string
+}
+
+// remoteString returns the client's address as host:port, computed once per connection.
+func (c *clientConn) remoteString() string {
+	if c.remote == "" {
+		c.remote = c.RemoteAddr().String()
+	}
+	return c.remote
 }
 
 // Read reads from the client. While a request body is read, the activity window of SPEC 5
@@ -273,12 +289,56 @@ func (g *Gateway) onConnState(c net.Conn, state fasthttp.ConnState) {
 	switch state {
 	case fasthttp.StateActive:
 		cc.activeAt = time.Now()
-		_ = cc.Conn.SetReadDeadline(cc.activeAt.Add(s.ReadTimeout))
+		cc.armRead(cc.activeAt.Add(s.ReadTimeout), s.ReadTimeout)
 	case fasthttp.StateIdle:
 		cc.bodyPhase = false
 		cc.headBytes = 0
-		_ = cc.Conn.SetReadDeadline(time.Now().Add(s.IdleTimeout))
+		// The response was just written: the end of its last write is now, give or take the
+		// microseconds since, and saves a clock read. A pipelined request whose answer is still
+		// buffered has no such write yet.
+		now := cc.writeWin.Last()
+		if now.Before(cc.activeAt) {
+			now = time.Now()
+		}
+		cc.armRead(now.Add(s.IdleTimeout), s.IdleTimeout)
 	}
+}
+
+// armRead sets the read deadline d of a timeout unless the deadline armed on the socket is
+// already within timeouts.Tolerance of it. On a keep-alive connection whose requests follow
+// each other, the idle deadline (set when a response ends) and the next header deadline (set
+// when the next request's first byte arrives) are then the same deadline, re-armed only when
+// the requests are spread by more than the tolerance: by default idle_timeout is
+// read_timeout.
+func (c *clientConn) armRead(d time.Time, timeout time.Duration) {
+	if c.readWin.Near(d, timeouts.Tolerance(timeout)) {
+		return
+	}
+	_ = c.SetReadDeadline(d)
+}
+
+// SetReadDeadline sets the socket's read deadline and records it in the read window. Every read
+// deadline of a client connection goes through here (fasthttp's included), so that a carried
+// deadline is the one the socket has.
+func (c *clientConn) SetReadDeadline(t time.Time) error {
+	c.deadlineSets++
+	c.readWin.Armed(t)
+	return c.Conn.SetReadDeadline(t)
+}
+
+// SetWriteDeadline sets the socket's write deadline and records it in the write window.
+func (c *clientConn) SetWriteDeadline(t time.Time) error {
+	c.deadlineSets++
+	c.writeWin.Armed(t)
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// SetDeadline sets both deadlines and records them.
+func (c *clientConn) SetDeadline(t time.Time) error {
+	c.deadlineSets++
+	c.readWin.Armed(t)
+	c.writeWin.Armed(t)
+	return c.Conn.SetDeadline(t)
 }
 
 // connOf returns the clientConn of a request. Every connection the gateway serves comes from

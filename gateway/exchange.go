@@ -96,6 +96,10 @@ type exchange struct {
 	retryAfter    []byte     // the Retry-After of a rate_limit 429 (ratelimit.go)
 
 	ws wsState // a WebSocket upgrade's handshake (tunnel.go)
+
+	elapsed   time.Duration // from start to finish, for the duration histogram and the access line
+	logFields [16]zap.Field // the access line's fields, reused (logAccess)
+	ipText    []byte        // the client IP as text, reused (logAccess)
 }
 
 // begin starts the exchange of a new request on this connection. A previous request that was
@@ -109,7 +113,9 @@ func (x *exchange) begin(g *Gateway, ctx *fasthttp.RequestCtx) {
 	x.snap = nil
 	x.route = nil
 	x.stats = g.none
-	x.start = time.Now()
+	// From the request's first byte, as nginx's $request_time counts: the timestamp taken
+	// when the connection went active, and no clock read of its own.
+	x.start = x.conn.activeAt
 	x.local = localNone
 	x.rej = nil
 	x.bodyAnnounced = false
@@ -211,7 +217,8 @@ func (x *exchange) finish() {
 		st.rejected[x.reason].Inc()
 	}
 	st.codeCounter(x.status).Inc()
-	st.duration.UpdateDuration(x.start)
+	x.elapsed = time.Since(x.start) // one clock read for the histogram and the access line
+	st.duration.Update(x.elapsed.Seconds())
 	if x.headerWait > 0 {
 		st.headerWait.Update(x.headerWait.Seconds())
 	}
@@ -224,29 +231,32 @@ func (x *exchange) finish() {
 
 // logAccess writes the access line of SPEC 8.
 func (g *Gateway) logAccess(x *exchange) {
-	ce := g.log.Check(zap.InfoLevel, "request")
+	ce := g.log.Check(zap.InfoLevel, AccessLogMessage)
 	if ce == nil {
 		return
 	}
-	remote := x.conn.RemoteAddr().String()
+	remote := x.conn.remoteString()
 	method, path := x.method, x.path
-	// Strings, not ByteStrings: the buffers are reused by the connection's next request, and a
-	// zap core may keep fields beyond Write.
-	ce.Write(
-		zap.String("request_id", string(x.reqID)),
+	x.ipText = x.clientIPOf().AppendTo(x.ipText[:0])
+	// The buffers are reused by the connection's next request: s copies them unless the core
+	// encodes the line before Write returns (logString). The fields go in the exchange's own
+	// array, not a slice allocated per line.
+	s := g.logString
+	ce.Write(append(x.logFields[:0],
+		zap.String("request_id", s(x.reqID)),
 		zap.String("route", x.stats.name),
-		zap.String("method", string(method)),
-		zap.String("path", string(path)),
+		zap.String("method", s(method)),
+		zap.String("path", s(path)),
 		zap.Int("status", x.status),
 		zap.Int64("bytes_in", x.bytesIn),
 		zap.Int64("bytes_out", x.bytesOut),
-		zap.Duration("duration", time.Since(x.start)),
+		zap.Duration("duration", x.elapsed),
 		zap.Duration("upstream_header_wait", x.headerWait),
 		zap.String("reject_reason", x.reason.String()),
 		zap.String("remote", remote),
 		zap.String("target", x.upAddr),
-		zap.String("client_ip", x.clientIPOf().String()),
-	)
+		zap.String("client_ip", s(x.ipText)),
+	)...)
 }
 
 // ctx returns the connection's RequestCtx (fasthttp keeps one per connection).

@@ -52,7 +52,7 @@ func (g *Gateway) onHeaders(h *fasthttp.RequestHeader) (rc fasthttp.RequestConfi
 	fault(faultHeaderHook)
 	srv := &x.snap.cfg.Server
 	cc.bodyPhase = false
-	cc.writeWin.Reset(srv.WriteTimeout, srv.MinProgressBytes)
+	cc.writeWin.Carry(srv.WriteTimeout, srv.MinProgressBytes)
 	if x.rej != nil {
 		if x.bodyAnnounced {
 			cc.linger.Store(true)
@@ -62,14 +62,14 @@ func (g *Gateway) onHeaders(h *fasthttp.RequestHeader) (rc fasthttp.RequestConfi
 	}
 	if x.route != nil {
 		eff := &x.route.eff
-		cc.writeWin.Reset(eff.WriteTimeout, eff.MinProgressBytes)
+		cc.writeWin.Carry(eff.WriteTimeout, eff.MinProgressBytes)
 		var rc fasthttp.RequestConfig
 		if x.bodyAnnounced {
 			// The body, and fasthttp's pre-read of its first 8 KiB, are read under the route's
 			// sliding window (clientConn.Read).
 			rc.ReadTimeout = eff.ReadTimeout
 			cc.bodyPhase = true
-			cc.readWin.Reset(eff.ReadTimeout, eff.MinProgressBytes)
+			cc.readWin.Carry(eff.ReadTimeout, eff.MinProgressBytes)
 		}
 		if x.chunked {
 			rc.MaxRequestBodySize = chunkedRaw(h).MaxRequestBodySize

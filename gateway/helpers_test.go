@@ -53,8 +53,11 @@ func startGatewayB(t testing.TB, serverYAML, routesYAML string, accessLog bool) 
 	var log *zap.Logger
 	if accessLog {
 		cfg.Log.Access = true
+		// As the binary logs: through the buffered sink (to nowhere).
 		enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
-		log = zap.New(zapcore.NewCore(enc, zapcore.AddSync(io.Discard), zap.InfoLevel))
+		sink := NewLogSink(io.Discard, LogBufferBytes, LogFlushInterval)
+		t.Cleanup(func() { _ = sink.Close() })
+		log = zap.New(sink.Core(enc, zap.InfoLevel))
 	}
 	g, err := New(cfg, log)
 	if err != nil {

@@ -60,7 +60,8 @@ func BenchmarkProxySmallGET(b *testing.B) {
 	benchmarkSmallGET(b, gw.addr, 200)
 }
 
-// BenchmarkProxySmallGETAccessLog is the same with the JSON access log on (to a discarded sink).
+// BenchmarkProxySmallGETAccessLog is the same with the JSON access log on, through the
+// buffered LogSink the binary uses (to io.Discard).
 func BenchmarkProxySmallGETAccessLog(b *testing.B) {
 	up := startFastUpstream(b)
 	gw := startGatewayB(b, "", upstreamRoute("/api", up, ""), true)

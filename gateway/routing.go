@@ -188,9 +188,22 @@ type tableRoute struct {
 // `/api` takes `/api`, `/api/` and `/api/users` but never `/apix`; `/api/`
 // takes `/api/x` but not `/api`; `/` takes every path.
 //
-// The routes are kept sorted by that precedence, so match is a linear scan
-// that stops at the first route that matches: with the tens of routes of a
-// gateway it costs less than a tree would, and it allocates nothing.
+// The index follows that order, so that a lookup costs the same with ten
+// routes or ten thousand (issue 15; a linear scan over the sorted routes took
+// 274 ns at 30 generated routes, 2.4 us at 1,000 and 25.5 us at 10,000):
+//
+//   - the routes are grouped by host: exact hosts in a map, wildcard suffixes
+//     in a second map, the host-less routes in one group. A lookup lower-cases
+//     the Host into a stack buffer, tries the exact group, then the wildcard
+//     group of every suffix of the host that starts at a dot, longest first
+//     (one map probe per label), then the host-less group: a request that a
+//     group does not take falls through to the next;
+//   - within a group the prefixes form a radix tree (prefixTree): the walk
+//     down the path finds every prefix of it in one pass, and unwinds from the
+//     longest, checking the segment boundary and then the routes of that
+//     prefix in order (the method-listing ones first, then file order).
+//
+// It allocates nothing.
 //
 // Why not github.com/fasthttp/router: it has no host matching, let alone
 // exact-over-wildcard precedence; its paths are patterns (named parameters,
@@ -201,8 +214,27 @@ type tableRoute struct {
 // admission in the header hook (before any body byte is read) and dispatch in
 // the handler, on the same normalized path (STYLE 3).
 type routeTable struct {
-	routes []tableRoute // sorted by precedence, best first
+	exact    map[string]*prefixTree // by lower-cased host name
+	wildcard map[string]*prefixTree // by suffix with its dot, ".example.com"
+	any      *prefixTree            // routes without a host; nil when there are none
+	// maxWildcard is the length of the longest wildcard suffix: no shorter
+	// suffix of a request host needs a map probe beyond it.
+	maxWildcard int
+	// Hosts longer than maxIndexedHost do not fit match's stack buffer; they
+	// are compared one by one (config validation refuses names over 253 bytes,
+	// so these lists are empty in practice). longWildcard is longest first.
+	longExact    []hostGroup
+	longWildcard []hostGroup
 }
+
+// hostGroup is a host key beyond maxIndexedHost bytes with its routes.
+type hostGroup struct {
+	host string
+	tree *prefixTree
+}
+
+// maxIndexedHost is the longest host name match lower-cases on its stack.
+const maxIndexedHost = 256
 
 // newRouteTable prepares entries for match. The result refers to no memory of
 // entries except the Methods slices, which must not change afterwards.
@@ -223,6 +255,7 @@ func newRouteTable(entries []tableEntry) *routeTable {
 		}
 		routes[i] = r
 	}
+	// Sorted by precedence, the routes reach each tree node in the order match tries them.
 	slices.SortStableFunc(routes, func(a, b tableRoute) int {
 		switch {
 		case a.class != b.class:
@@ -239,7 +272,58 @@ func newRouteTable(entries []tableEntry) *routeTable {
 		}
 		return a.index - b.index
 	})
-	return &routeTable{routes: routes}
+	t := &routeTable{exact: map[string]*prefixTree{}, wildcard: map[string]*prefixTree{}}
+	group := func(m map[string]*prefixTree, long *[]hostGroup, host string) *prefixTree {
+		if len(host) > maxIndexedHost {
+			for _, g := range *long {
+				if g.host == host {
+					return g.tree
+				}
+			}
+			*long = append(*long, hostGroup{host: host, tree: &prefixTree{}})
+			return (*long)[len(*long)-1].tree
+		}
+		tr := m[host]
+		if tr == nil {
+			tr = &prefixTree{}
+			m[host] = tr
+		}
+		return tr
+	}
+	for _, r := range routes {
+		var tr *prefixTree
+		switch r.class {
+		case hostExact:
+			tr = group(t.exact, &t.longExact, r.host)
+		case hostWildcard:
+			tr = group(t.wildcard, &t.longWildcard, r.host)
+			if len(r.host) <= maxIndexedHost {
+				t.maxWildcard = max(t.maxWildcard, len(r.host))
+			}
+		default:
+			if t.any == nil {
+				t.any = &prefixTree{}
+			}
+			tr = t.any
+		}
+		tr.insert(r.prefix, routeCandidate{index: r.index, methods: r.methods})
+	}
+	for _, tr := range t.exact {
+		tr.seal()
+	}
+	for _, tr := range t.wildcard {
+		tr.seal()
+	}
+	for _, g := range t.longExact {
+		g.tree.seal()
+	}
+	for _, g := range t.longWildcard {
+		g.tree.seal()
+	}
+	if t.any != nil {
+		t.any.seal()
+	}
+	return t
 }
 
 // match returns the index into entries of the winning route, or -1.
@@ -249,23 +333,63 @@ func (t *routeTable) match(host, method, path []byte) int {
 		return -1
 	}
 	host = hostName(host)
-	for i := range t.routes {
-		r := &t.routes[i]
-		switch r.class {
-		case hostExact:
-			if !equalFoldLower(host, r.host) {
-				continue
-			}
-		case hostWildcard:
-			// len(host) > len(suffix) keeps `example.com` itself out.
-			if len(host) <= len(r.host) || !equalFoldLower(host[len(host)-len(r.host):], r.host) {
-				continue
+	// Only the last maxIndexedHost bytes are lower-cased: no indexed key is
+	// longer, and a longer host can match only a long key (compared below).
+	var buf [maxIndexedHost]byte
+	tail := host[max(0, len(host)-maxIndexedHost):]
+	lower := buf[:len(tail)]
+	for i, c := range tail {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		lower[i] = c
+	}
+	off := len(host) - len(tail) // host[off+i] is lower[i]
+
+	// 1. Exact host.
+	if off == 0 && len(t.exact) > 0 {
+		if tr := t.exact[string(lower)]; tr != nil {
+			if i := tr.match(path, method); i >= 0 {
+				return i
 			}
 		}
-		if !prefixMatch(path, r.prefix) || !methodMatch(method, r.methods) {
-			continue
+	}
+	for _, g := range t.longExact {
+		if equalFoldLower(host, g.host) {
+			if i := g.tree.match(path, method); i >= 0 {
+				return i
+			}
 		}
-		return r.index
+	}
+	// 2. Wildcard suffixes, longest first. len(host) > len(suffix) keeps
+	// `example.com` itself out of `*.example.com`.
+	for _, g := range t.longWildcard {
+		if len(host) > len(g.host) && equalFoldLower(host[len(host)-len(g.host):], g.host) {
+			if i := g.tree.match(path, method); i >= 0 {
+				return i
+			}
+		}
+	}
+	if len(t.wildcard) > 0 {
+		// A suffix starts at a dot that is not the host's first byte.
+		start := max(0, len(lower)-t.maxWildcard)
+		if off == 0 {
+			start = max(start, 1)
+		}
+		for i := start; i < len(lower); i++ {
+			if lower[i] != '.' {
+				continue
+			}
+			if tr := t.wildcard[string(lower[i:])]; tr != nil {
+				if r := tr.match(path, method); r >= 0 {
+					return r
+				}
+			}
+		}
+	}
+	// 3. No host.
+	if t.any != nil {
+		return t.any.match(path, method)
 	}
 	return -1
 }
@@ -308,15 +432,6 @@ func equalFoldLower(b []byte, lower string) bool {
 		}
 	}
 	return true
-}
-
-// prefixMatch reports whether prefix matches path at a segment boundary.
-func prefixMatch(path []byte, prefix string) bool {
-	if len(path) < len(prefix) || string(path[:len(prefix)]) != prefix {
-		return false
-	}
-	// An empty prefix is refused by config validation; here it acts as "/".
-	return len(path) == len(prefix) || len(prefix) == 0 || prefix[len(prefix)-1] == '/' || path[len(prefix)] == '/'
 }
 
 // methodMatch reports whether method is in methods; no methods allow all.

@@ -348,27 +348,6 @@ func TestRoutingZeroAllocs(t *testing.T) {
 	}
 }
 
-// BenchmarkRouteMatch normalizes and matches a mix of requests against a
-// table of a few tens of routes, as the header hook does.
-func BenchmarkRouteMatch(b *testing.B) {
-	table := newRouteTable(benchEntries())
-	reqs := benchRequests()
-	type req struct{ host, method, path []byte }
-	rs := make([]req, len(reqs))
-	for i, c := range reqs {
-		rs[i] = req{[]byte(c.host), []byte(c.method), []byte(c.path)}
-	}
-	dst := make([]byte, 0, 256)
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		r := rs[i%len(rs)]
-		dst = normalizePath(dst[:0], r.path)
-		table.match(r.host, r.method, dst)
-		i++
-	}
-}
-
 // benchEntries is a gateway-sized table: hosts of every class, prefixes
 // nested and not, some method-restricted.
 func benchEntries() []tableEntry {

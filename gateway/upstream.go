@@ -166,7 +166,7 @@ func (c *upstreamConn) begin() {
 	c.requests++
 	c.written = 0
 	c.slide.Store(false)
-	c.writeWin.Reset(c.to.write, 0)
+	c.writeWin.Carry(c.to.write, 0) // the write deadline armed for the last request is kept when it still fits
 }
 
 // forwarded arms the response header deadline: the request was written.

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# Peer comparison (SPEC 10, BENCHMARKS.md): the upstream directly, Toron, nginx and HAProxy,
+# Peer comparison (SPEC 10, BENCHMARKS.md): the upstream directly, Toron (access log off, and
+# on at its default settings: level info, JSON lines to a file), nginx, HAProxy and two
+# references, the loadtest's naive fasthttp proxy (Server + HostClient) and its TCP relay,
 # measured in one run on loopback, targets interleaved over ROUNDS rounds, medians reported as
-# ratios against the direct request.
+# ratios against the direct request, and Toron's ratios to each peer (issue 15).
 #
 #   bash scripts/compare.sh            # make bench calls this
 #   ROUNDS=1 DURATION=5 bash scripts/compare.sh
+#   UPLOADS=0 ROUNDS=5 bash scripts/compare.sh   # small GETs only
 #
 # Per target and round: small GET req/s and p99 (wrk --latency, DURATION seconds, CONNECTIONS
 # connections, one thread), the proxy's CPU time per request (utime+stime of its processes from
 # /proc/PID/stat around the wrk run), and upload MB/s (UPLOADS concurrent uploads of
-# UPLOAD_BYTES, generated on the fly by the loadtest binary, Content-Length). Peak RSS (VmHWM
-# from /proc/PID/status, summed over the proxy's processes) is read at the end.
+# UPLOAD_BYTES, generated on the fly by the loadtest binary, Content-Length; UPLOADS=0 skips
+# them). Peak RSS (VmHWM from /proc/PID/status, summed over the proxy's processes) is read at
+# the end.
 #
 # Placement: the proxy and the upstream share core PROXY_CPU (taskset), the load generators run
 # on core LOAD_CPU. Configurations: loadtest/peers/ (documented there and in BENCHMARKS.md).
@@ -25,7 +29,7 @@ UPLOADS=${UPLOADS:-8}
 UPLOAD_BYTES=${UPLOAD_BYTES:-200000000}
 PROXY_CPU=${PROXY_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
-BASE_PORT=${BASE_PORT:-18180}     # upstream, toron, nginx, haproxy: BASE_PORT .. BASE_PORT+3
+BASE_PORT=${BASE_PORT:-18180}     # upstream, toron, nginx, haproxy, naive, relay, toron-log: BASE_PORT .. BASE_PORT+6
 OUT=${OUT:-out/compare}
 
 case "$ROUNDS$DURATION$CONNECTIONS$UPLOADS$UPLOAD_BYTES" in
@@ -91,7 +95,10 @@ UP_PORT=$BASE_PORT
 TORON_PORT=$((BASE_PORT + 1))
 NGINX_PORT=$((BASE_PORT + 2))
 HAPROXY_PORT=$((BASE_PORT + 3))
-for p in $UP_PORT $TORON_PORT $NGINX_PORT $HAPROXY_PORT; do
+NAIVE_PORT=$((BASE_PORT + 4))
+RELAY_PORT=$((BASE_PORT + 5))
+TORON_LOG_PORT=$((BASE_PORT + 6))
+for p in $UP_PORT $TORON_PORT $NGINX_PORT $HAPROXY_PORT $NAIVE_PORT $RELAY_PORT $TORON_LOG_PORT; do
 	port_free "$p" || { echo "compare: port $p is in use; set BASE_PORT" >&2; exit 1; }
 done
 
@@ -115,6 +122,28 @@ TORON_PID=$!
 pids+=("$TORON_PID")
 wait_http "http://127.0.0.1:$TORON_PORT/health" toron
 
+# Toron with the access log on at its defaults (level info, one JSON line per request), to a
+# file as a service manager would keep it.
+PORT=$TORON_LOG_PORT PREFIX=$tmp
+fill loadtest/peers/toron-config.yaml "$tmp/toron-log-config.yaml"
+sed -i -e 's/^\(  level:\).*/\1 info/' -e 's/^\(  access:\).*/\1 true/' "$tmp/toron-log-config.yaml"
+grep -q '^  access: true' "$tmp/toron-log-config.yaml" || { echo "compare: could not turn the access log on in $tmp/toron-log-config.yaml" >&2; exit 1; }
+env -u TORON_CONFIG -u TORON_ROUTES taskset -c "$PROXY_CPU" bin/toron -config "$tmp/toron-log-config.yaml" -routes "$tmp/toron-routes.yaml" >"$tmp/toron-log.out" 2>"$tmp/toron-access.log" &
+TORON_LOG_PID=$!
+pids+=("$TORON_LOG_PID")
+wait_http "http://127.0.0.1:$TORON_LOG_PORT/health" toron-log
+
+# The references: the loadtest's naive fasthttp proxy and its TCP relay (loadtest/helpers.go,
+# loadtest/relay.go), on the proxy's core like the others.
+taskset -c "$PROXY_CPU" "$LT" -scenario naive-proxy -listen "127.0.0.1:$NAIVE_PORT" -upstream "127.0.0.1:$UP_PORT" -lifetime 2h >"$tmp/naive.log" 2>&1 &
+NAIVE_PID=$!
+pids+=("$NAIVE_PID")
+wait_http "http://127.0.0.1:$NAIVE_PORT/api/items" naive
+taskset -c "$PROXY_CPU" "$LT" -scenario tcp-relay -listen "127.0.0.1:$RELAY_PORT" -upstream "127.0.0.1:$UP_PORT" -lifetime 2h >"$tmp/relay.log" 2>&1 &
+RELAY_PID=$!
+pids+=("$RELAY_PID")
+wait_http "http://127.0.0.1:$RELAY_PORT/api/items" relay
+
 # nginx: foreground, temporary prefix.
 PORT=$NGINX_PORT PREFIX=$tmp/nginx
 mkdir -p "$PREFIX"
@@ -133,9 +162,9 @@ HAPROXY_PID=$!
 pids+=("$HAPROXY_PID")
 wait_http "http://127.0.0.1:$HAPROXY_PORT/health" haproxy
 
-targets=(direct toron nginx haproxy)
-declare -A port=([direct]=$UP_PORT [toron]=$TORON_PORT [nginx]=$NGINX_PORT [haproxy]=$HAPROXY_PORT)
-declare -A root=([direct]="" [toron]=$TORON_PID [nginx]=$NGINX_PID [haproxy]=$HAPROXY_PID)
+targets=(direct toron toron-log nginx haproxy naive relay)
+declare -A port=([direct]=$UP_PORT [toron]=$TORON_PORT [toron-log]=$TORON_LOG_PORT [nginx]=$NGINX_PORT [haproxy]=$HAPROXY_PORT [naive]=$NAIVE_PORT [relay]=$RELAY_PORT)
+declare -A root=([direct]="" [toron]=$TORON_PID [toron-log]=$TORON_LOG_PID [nginx]=$NGINX_PID [haproxy]=$HAPROXY_PID [naive]=$NAIVE_PID [relay]=$RELAY_PID)
 
 # ms: convert a wrk latency ("812.00us", "1.23ms", "1.02s") to milliseconds.
 ms() { awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n += 0; else if (v ~ /s$/) n *= 1000; printf "%.3f", n }'; }
@@ -195,18 +224,21 @@ for round in $(seq "$ROUNDS"); do
 		# proxy nor the upstream spent. Above a few percent the round was disturbed.
 		foreign=$(awk -v b=$((busy_after - busy_before)) -v o=$((ours_after - ours_before)) -v n=$((total_after - total_before)) \
 			'BEGIN { f = (n > 0) ? 100 * (b - o) / n : 0; if (f < 0) f = 0; printf "%.0f", f }')
-		up_out=$(taskset -c "$LOAD_CPU" "$LT" -scenario upload -verify=false -target "http://127.0.0.1:${port[$t]}/legacy/upload" \
-			-uploads "$UPLOADS" -upload-bytes "$UPLOAD_BYTES" -label "$t" -out "$tmp/upload-$t" 2>&1 || true)
+		up_out=""
+		if [ "$UPLOADS" -gt 0 ]; then
+			up_out=$(taskset -c "$LOAD_CPU" "$LT" -scenario upload -verify=false -target "http://127.0.0.1:${port[$t]}/legacy/upload" \
+				-uploads "$UPLOADS" -upload-bytes "$UPLOAD_BYTES" -label "$t" -out "$tmp/upload-$t" 2>&1 || true)
+		fi
 		mbps=$(sed -n 's/^RESULT upload_mbps=\([0-9.]*\) failed=\([0-9]*\).*/\1/p' <<<"$up_out")
 		failed=$(sed -n 's/^RESULT upload_mbps=\([0-9.]*\) failed=\([0-9]*\).*/\2/p' <<<"$up_out")
 		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$t" "$rps" "$p99" "$reqs" "$errs" "$cpu" "${mbps:-0}" "${failed:-?}" "$foreign" >>"$raw"
-		printf 'compare: round %s %-8s %10s req/s  p99 %8s ms  errors %s  cpu %6s us/req  upload %8s MB/s (failed %s)  foreign cpu %s%%\n' \
+		printf 'compare: round %s %-9s %10s req/s  p99 %8s ms  errors %s  cpu %6s us/req  upload %8s MB/s (failed %s)  foreign cpu %s%%\n' \
 			"$round" "$t" "$rps" "$p99" "$errs" "$cpu" "${mbps:-0}" "${failed:-?}" "$foreign"
 	done
 done
 
 declare -A rss
-for t in toron nginx haproxy; do
+for t in toron toron-log nginx haproxy naive relay; do
 	mapfile -t tree < <(proc_tree "${root[$t]}")
 	rss[$t]=$(hwm_kib "${tree[@]}")
 done
@@ -232,21 +264,55 @@ table=$OUT/compare.md
 		errs=$(awk -F'\t' -v t="$t" 'NR > 1 && $2 == t { e += $6; f += $9 } END { printf "%d GET, %d uploads", e, f }' "$raw")
 		name=$t
 		[ "$t" = direct ] && name="direct (upstream)"
+		[ "$t" = toron-log ] && name="toron, access log on"
+		[ "$t" = naive ] && name="naive fasthttp proxy"
+		[ "$t" = relay ] && name="tcp relay"
 		printf '| %s | %.0f | %s | %.2f | %s | %s | %.0f | %s | %.1f | %s |\n' "$name" "$rps" "$(ratio "$rps" "$d_rps")" \
 			"$p99" "$(ratio "$p99" "$d_p99")" "$cpu" "$up" "$(ratio "$up" "$d_up")" \
 			"$(awk -v k="${rss[$t]}" 'BEGIN { printf "%.1f", k / 1024 }')" "$errs"
 	done
 } >"$table"
 
+# Toron against each peer, access log off and on: proxy CPU per request and p99 (medians of
+# the rounds), then the proxy CPU of every round.
+vs=$OUT/toron-vs.md
+{
+	echo "| Toron ÷ | CPU/req, log off | CPU/req, log on | p99, log off | p99, log on |"
+	echo "|---|---:|---:|---:|---:|"
+	for t in nginx haproxy naive relay; do
+		printf '| %s | %s | %s | %s | %s |\n' "$t" \
+			"$(ratio "$(col toron 7)" "$(col "$t" 7)")" "$(ratio "$(col toron-log 7)" "$(col "$t" 7)")" \
+			"$(ratio "$(col toron 4)" "$(col "$t" 4)")" "$(ratio "$(col toron-log 4)" "$(col "$t" 4)")"
+	done
+	echo
+	printf '| proxy CPU µs/req |'
+	for t in "${targets[@]:1}"; do printf ' %s |' "$t"; done
+	echo
+	printf '|---|'
+	for _ in "${targets[@]:1}"; do printf -- '---:|'; done
+	echo
+	for round in $(seq "$ROUNDS"); do
+		printf '| round %s |' "$round"
+		for t in "${targets[@]:1}"; do
+			printf ' %s |' "$(awk -F'\t' -v r="$round" -v t="$t" 'NR > 1 && $1 == r && $2 == t { print $7 }' "$raw")"
+		done
+		echo
+	done
+} >"$vs"
+
 echo
 echo "## Peer comparison: medians of $ROUNDS interleaved rounds"
 echo
 echo "small GET: wrk -t1 -c$CONNECTIONS -d${DURATION}s on core $LOAD_CPU; proxy and upstream on core $PROXY_CPU;"
-echo "upload: $UPLOADS concurrent uploads of $UPLOAD_BYTES bytes (Content-Length); peak RSS over the whole run"
+echo "upload: $UPLOADS concurrent uploads of $UPLOAD_BYTES bytes (Content-Length; 0: not measured); peak RSS over the whole run"
 echo "(the direct row's RSS and CPU are the upstream's own RSS, and no proxy CPU)."
 echo "machine busy before the run: ${busy}%; load average after: $(cut -d' ' -f1-3 /proc/loadavg);"
 echo "other processes on core $PROXY_CPU during the GET runs: at most $(awk -F'\t' 'NR > 1 && $10 + 0 > m { m = $10 + 0 } END { print m + 0 }' "$raw")% of it (see $raw)."
 echo
 cat "$table"
 echo
-echo "per-round values: $raw; table: $table"
+echo "### Toron's ratios (access log on: level info, JSON to a file, $(wc -l <"$tmp/toron-access.log") lines written)"
+echo
+cat "$vs"
+echo
+echo "per-round values: $raw; tables: $table, $vs"
