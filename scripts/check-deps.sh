@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Import-direction check (STYLE 1): main -> gateway -> limits, timeouts, streaming; main, gateway
-# -> conf. The leaves import only the standard library, fasthttp and the metrics package.
+# -> conf. The leaves (limits, timeouts, streaming, listener) import only the standard library,
+# fasthttp and the metrics package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
-for leaf in limits timeouts streaming; do
+for leaf in limits timeouts streaming listener; do
 	[ -d "$leaf" ] || continue
 	bad=$(go list -f '{{join .Imports "\n"}}' "./$leaf" 2>/dev/null |
 		grep -E '^(toron/|go\.uber\.org/zap)' || true)
