@@ -18,8 +18,17 @@ func (c *Config) ReloadCompatible(old *Config) error {
 	check("max_connections", old.Server.MaxConnections, c.Server.MaxConnections)
 	check("max_header_bytes", old.Server.MaxHeaderBytes, c.Server.MaxHeaderBytes)
 	check("worker_pool_size", old.Server.WorkerPoolSize, c.Server.WorkerPoolSize)
+	check("tls", presence(old.Server.TLS), presence(c.Server.TLS)) // the listener is built once
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
 	return nil
+}
+
+// presence names whether an optional section is configured, for reload errors.
+func presence[T any](p *T) string {
+	if p == nil {
+		return "absent"
+	}
+	return "present"
 }

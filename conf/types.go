@@ -4,7 +4,10 @@
 // a whole new one.
 package conf
 
-import "time"
+import (
+	"crypto/x509"
+	"time"
+)
 
 // Config is one complete, validated configuration.
 type Config struct {
@@ -65,6 +68,9 @@ type Server struct {
 	// HealthPath and MetricsPath are served by the gateway itself; defaults /health and /metrics.
 	HealthPath  string `koanf:"health_path" json:"health_path"`
 	MetricsPath string `koanf:"metrics_path" json:"metrics_path"`
+
+	// TLS turns TLS on for the listener (SPEC 14); nil (the default): plain HTTP.
+	TLS *TLS `koanf:"tls" json:"tls,omitempty"`
 }
 
 // Log holds the log settings (config.yaml, key log).
@@ -121,6 +127,16 @@ type Route struct {
 	// Effective holds the values in force for this route once defaults, overrides and the
 	// guardrail are applied.
 	Effective Effective `koanf:"-" json:"effective"`
+
+	// TLSCAFile is a PEM bundle the https:// upstream's certificate must chain to; empty:
+	// the system roots (SPEC 14).
+	TLSCAFile string `koanf:"tls_ca_file" json:"tls_ca_file,omitempty"`
+	// TLSServerName is the name sent as SNI and verified; empty: the target's host.
+	TLSServerName string `koanf:"tls_server_name" json:"tls_server_name,omitempty"`
+	// TLSInsecureSkipVerify turns verification of the upstream's certificate off (warned).
+	TLSInsecureSkipVerify bool `koanf:"tls_insecure_skip_verify" json:"tls_insecure_skip_verify,omitempty"`
+	// TLSRootCAs is TLSCAFile parsed by Load; nil for the system roots.
+	TLSRootCAs *x509.CertPool `koanf:"-" json:"-"`
 }
 
 // Effective is a route's resolved settings: each override, else the server's value, with
