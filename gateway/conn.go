@@ -171,7 +171,8 @@ func writeInWindow(conn net.Conn, w *timeouts.Window, p []byte, interrupted *ato
 		n, err := conn.Write(p[written:])
 		written += n
 		end := time.Now()
-		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || w.Timeout <= 0 {
+		// Over TLS a write that timed out cannot go on (isTLSConn): the window's verdict stands.
+		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || w.Timeout <= 0 || isTLSConn(conn) {
 			return written, w.After(start, end, n, err)
 		}
 		if interrupted != nil && interrupted.Load() {
@@ -186,7 +187,7 @@ func writeInWindow(conn net.Conn, w *timeouts.Window, p []byte, interrupted *ato
 // unackedBytes returns the bytes written to c that the peer has not acknowledged yet
 // (SIOCOUTQ), -1 if the kernel cannot tell.
 func unackedBytes(c net.Conn) int64 {
-	sc, ok := c.(syscall.Conn)
+	sc, ok := rawConn(c).(syscall.Conn)
 	if !ok {
 		return -1
 	}
@@ -226,7 +227,7 @@ func (c *clientConn) forceClose() {
 }
 
 func (c *clientConn) lingerClose() {
-	tc, ok := c.Conn.(*net.TCPConn)
+	tc, ok := rawConn(c.Conn).(*net.TCPConn)
 	if !ok {
 		return
 	}

@@ -90,6 +90,8 @@ func upstreamRejection(err error) *rejection {
 	switch {
 	case errors.As(err, &dialErr):
 		switch {
+		case isTLSHandshakeError(dialErr.err):
+			return rejUpstreamTLS
 		case isTimeout(dialErr.err):
 			return rejUpstreamDialTimeout
 		case errors.Is(dialErr.err, syscall.ECONNREFUSED):

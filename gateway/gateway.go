@@ -42,6 +42,10 @@ type Gateway struct {
 	draining atomic.Bool
 	reqSeq   atomic.Uint64
 	idPrefix string
+
+	// TLS on the listener (tls.go) and X-Forwarded-Proto ("https" on a TLS listener).
+	tls   tlsState
+	proto []byte
 }
 
 // snapshot is one immutable route table with the configuration it came from. A request keeps
@@ -105,6 +109,9 @@ func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
 		return nil, err
 	}
 	g.snap.Store(snap)
+	if err := g.newTLSState(cfg); err != nil {
+		return nil, err
+	}
 
 	s := &cfg.Server
 	g.srv = &fasthttp.Server{
@@ -184,6 +191,10 @@ func (g *Gateway) Reload(cfg *conf.Config) error {
 		g.reloadKO.Inc()
 		return err
 	}
+	if err := g.reloadTLS(cfg); err != nil {
+		g.reloadKO.Inc()
+		return err
+	}
 	old := g.snap.Load()
 	g.access.Store(cfg.Log.Access)
 	g.applySnapshot(snap)
@@ -213,6 +224,10 @@ func (g *Gateway) Listen() (net.Listener, error) {
 // Serve serves client connections from ln until Shutdown.
 func (g *Gateway) Serve(ln net.Listener) error {
 	g.applySnapshot(g.snap.Load())
+	ln, err := g.wrapTLS(ln)
+	if err != nil {
+		return err
+	}
 	l := newListener(ln, g)
 	g.ln.Store(l)
 	return g.srv.Serve(l)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"crypto/tls"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,12 +50,19 @@ type upstreamPool struct {
 	mu      sync.Mutex
 	idle    []*upstreamClient
 	retired bool
+
+	// tls is the route's upstream TLS configuration, nil for http:// (upstreamtls.go).
+	tls *tls.Config
 }
 
 // newUpstreamPool builds a route's pool with one idle client, so that a target fasthttp cannot
 // use fails here, when the configuration is loaded, not on the first request.
 func newUpstreamPool(r *conf.Route, s *conf.Server) (*upstreamPool, error) {
 	p := &upstreamPool{route: r, server: s, slots: limits.NewWorkerPool(r.Effective.MaxUpstreamConns)}
+	var err error
+	if p.tls, err = upstreamTLSConfig(r); err != nil {
+		return nil, err
+	}
 	uc, err := p.newClient()
 	if err != nil {
 		return nil, err
@@ -66,7 +74,7 @@ func newUpstreamPool(r *conf.Route, s *conf.Server) (*upstreamPool, error) {
 
 func (p *upstreamPool) newClient() (*upstreamClient, error) {
 	uc := &upstreamClient{}
-	hc, err := newHostClient(p.route, p.server, uc.onDial)
+	hc, err := newHostClient(p.route, p.server, uc.onDial, p.tls)
 	if err != nil {
 		return nil, err
 	}

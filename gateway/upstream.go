@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -54,7 +55,10 @@ type upstreamTimeouts struct {
 //
 // onDial is told about every connection the client dials: the route's pool uses it to know the
 // one connection of each of its clients (pool.go).
-func newHostClient(r *conf.Route, s *conf.Server, onDial func(*upstreamConn)) (*fasthttp.HostClient, error) {
+//
+// tlsConfig (upstreamTLSConfig, nil for http://) is the route's: the Dial runs the handshake
+// within connect_timeout (upstreamHandshake), so HostClient.IsTLS stays false.
+func newHostClient(r *conf.Route, s *conf.Server, onDial func(*upstreamConn), tlsConfig *tls.Config) (*fasthttp.HostClient, error) {
 	u, err := url.Parse(r.Target)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: route %q: target %q: %w", r.Name, r.Target, err)
@@ -63,7 +67,6 @@ func newHostClient(r *conf.Route, s *conf.Server, onDial func(*upstreamConn)) (*
 	dialer := &net.Dialer{Timeout: r.Effective.ConnectTimeout, KeepAlive: 30 * time.Second}
 	return &fasthttp.HostClient{
 		Addr:                          u.Host,
-		IsTLS:                         u.Scheme == "https",
 		NoDefaultUserAgentHeader:      true,
 		DisablePathNormalizing:        true,
 		DisableHeaderNamesNormalizing: false,
@@ -77,9 +80,15 @@ func newHostClient(r *conf.Route, s *conf.Server, onDial func(*upstreamConn)) (*
 		MaxIdemponentCallAttempts: 3,
 		RetryIfErr:                retryIfStale,
 		Dial: func(addr string) (net.Conn, error) {
+			start := time.Now()
 			c, err := dialer.Dial("tcp", addr)
 			if err != nil {
 				return nil, &dialError{err: err}
+			}
+			if tlsConfig != nil {
+				if c, err = upstreamHandshake(c, tlsConfig, start.Add(r.Effective.ConnectTimeout)); err != nil {
+					return nil, &dialError{err: err}
+				}
 			}
 			uc := &upstreamConn{Conn: c, to: to}
 			if onDial != nil {
