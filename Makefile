@@ -14,8 +14,8 @@ help: #? list the targets
 build: #? build bin/toron (static)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) .
 
-run: build #? start the gateway in demo mode on 127.0.0.1:8080 with built-in upstreams
-	./$(BIN) -demo
+run: build #? start the gateway in demo mode on 127.0.0.1:8080 with built-in upstreams (TLS=1: over HTTPS, self-signed)
+	./$(BIN) -demo $(if $(TLS),-demo-tls)
 
 test: vet deps #? vet, import-direction check, all tests with -race (fuzz seeds included)
 	$(GO) test -race -shuffle=on -timeout 20m $(PKGS)

@@ -98,7 +98,7 @@ Try:
   #   meanwhile, in another terminal, /api stays fast
   curl -s -o /dev/null -w '%%{http_code} in %%{time_total}s\n' %[1]s/api/users
 
-Not built (SPEC 11): TLS, HTTP/2, WebSocket (501), load balancing, path rewriting.
+Not built (SPEC 11): HTTP/2, WebSocket (501), load balancing, path rewriting.
 `
 
 // Banner returns the text printed at startup: what runs where and curl commands to try, given the

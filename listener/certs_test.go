@@ -95,18 +95,18 @@ func TestCertStorePick(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct{ sni, want string }{
-		{"", "default"},                  // no SNI: the first cert
-		{"unknown.test", "default"},      // no match: the first cert
-		{"api.example.com", "exact"},     // exact beats the earlier wildcard
-		{"API.Example.COM.", "exact"},    // case and a trailing dot do not matter
-		{"other.test", "exact"},          // names are compared in lower case
-		{"www.example.com", "wild"},      // wildcard, the first cert listing it
-		{"a.b.example.com", "default"},   // a wildcard covers one label only
-		{"example.com", "default"},       // nor the bare parent
-		{"two.test", "wild2"},            // a later cert's exact name
-		{"default.test", "default"},      // the first cert by name
-		{".example.com", "default"},      // an empty label is no match
-		{"x.default.test", "default"},    // no wildcard for default.test
+		{"", "default"},                // no SNI: the first cert
+		{"unknown.test", "default"},    // no match: the first cert
+		{"api.example.com", "exact"},   // exact beats the earlier wildcard
+		{"API.Example.COM.", "exact"},  // case and a trailing dot do not matter
+		{"other.test", "exact"},        // names are compared in lower case
+		{"www.example.com", "wild"},    // wildcard, the first cert listing it
+		{"a.b.example.com", "default"}, // a wildcard covers one label only
+		{"example.com", "default"},     // nor the bare parent
+		{"two.test", "wild2"},          // a later cert's exact name
+		{"default.test", "default"},    // the first cert by name
+		{".example.com", "default"},    // an empty label is no match
+		{"x.default.test", "default"},  // no wildcard for default.test
 		{"www.example.com.evil", "default"},
 	} {
 		c, err := s.GetCertificate(&tls.ClientHelloInfo{ServerName: tc.sni})
