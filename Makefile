@@ -6,7 +6,7 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 FUZZTIME  ?= 30s
 PKGS      := ./...
 
-.PHONY: help build run test vet deps lint fuzz bench bench-go bench-compare bench-slowloris bench-upload loadtest clean
+.PHONY: help build run test vet deps lint fuzz bench bench-go bench-compare bench-slowloris bench-upload bench-tls loadtest clean
 
 help: #? list the targets
 	@grep -E '^[a-z-]+:.*#\?' $(MAKEFILE_LIST) | sed -E 's/:.*#\?/\t/' | sort
@@ -32,7 +32,7 @@ deps: #? fail when a leaf package imports conf, gateway, zap or another leaf
 fuzz: #? run each fuzz target for FUZZTIME
 	@bash scripts/fuzz.sh $(FUZZTIME)
 
-bench: bench-go bench-compare bench-slowloris bench-upload #? Go benchmarks (-benchmem), the peer comparison, the slowloris run and the upload ratios
+bench: bench-go bench-compare bench-slowloris bench-upload bench-tls #? Go benchmarks (-benchmem), the peer comparison, the slowloris run, the upload ratios and TLS against nginx
 
 bench-go: #? Go benchmarks only
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
@@ -45,6 +45,9 @@ bench-slowloris: build #? /health and /api success under a 1000-connection slowl
 
 bench-upload: build #? 8 concurrent 200 MB uploads, direct vs Toron vs a naive fasthttp proxy, 5 rounds (exit 3: a target missed)
 	$(GO) run ./loadtest -toron $(BIN) -scenario upload -rounds 5
+
+bench-tls: build #? TLS keep-alive CPU/request and new TLS 1.3 connections/s, Toron vs nginx on one ECDSA P-256 cert (installs wrk, nginx)
+	bash scripts/bench-tls.sh
 
 SCENARIO ?= small-get
 loadtest: build #? one load-test scenario: make loadtest SCENARIO=small-get|upload|isolation|slow-client
