@@ -50,7 +50,7 @@ bench-tls: build #? TLS keep-alive CPU/request and new TLS 1.3 connections/s, To
 	bash scripts/bench-tls.sh
 
 SCENARIO ?= small-get
-loadtest: build #? one load-test scenario: make loadtest SCENARIO=small-get|upload|isolation|slow-client
+loadtest: build #? one load-test scenario: make loadtest SCENARIO=small-get|upload|isolation|slow-client|tls-silent
 	$(GO) run ./loadtest -toron $(BIN) -scenario $(SCENARIO)
 
 clean: #? remove build output

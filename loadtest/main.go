@@ -7,7 +7,7 @@
 //	go run ./loadtest -scenario isolation -duration 5s
 //	go run ./loadtest -scenario isolation -peer nginx   # the same measurement against nginx
 //
-// Scenarios: small-get, upload, isolation, slow-client; and four helpers: upstream (serve the
+// Scenarios: small-get, upload, isolation, slow-client, tls-silent; and four helpers: upstream (serve the
 // upstream alone, for scripts/compare.sh), probe (probe a running server every -interval, for
 // scripts/slowloris.sh), naive-proxy and tcp-relay (the upload scenario's references, started
 // by it). Every request goes to 127.0.0.1. With -peer nginx the isolation scenario starts nginx
@@ -67,6 +67,8 @@ type options struct {
 	probeTimeout time.Duration
 	minOKPercent float64
 	label        string
+
+	silentConns int // tls-silent: silent TLS connections held at once
 }
 
 // errMissed is returned by a scenario that ran but missed its target.
@@ -78,7 +80,7 @@ func main() {
 	fs.StringVar(&o.toron, "toron", "bin/toron", "gateway binary to start")
 	fs.StringVar(&o.peer, "peer", "toron", "isolation: the server to measure, toron or nginx (loadtest/peers/nginx.conf, for reference)")
 	fs.StringVar(&o.nginx, "nginx", "nginx", "nginx binary for -peer nginx")
-	fs.StringVar(&o.scenario, "scenario", "", "small-get, upload, isolation, slow-client; helpers: upstream, probe")
+	fs.StringVar(&o.scenario, "scenario", "", "small-get, upload, isolation, slow-client, tls-silent; helpers: upstream, probe")
 	fs.StringVar(&o.out, "out", "out/loadtest", "folder for the plots, tables and the gateway's log")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of each measured phase")
 	fs.StringVar(&o.target, "target", "", "measure this running server (base URL on 127.0.0.1; for upload the full URL) instead of starting the gateway")
@@ -107,6 +109,7 @@ func main() {
 	fs.DurationVar(&o.probeTimeout, "probe-timeout", time.Second, "probe: time limit of one probe")
 	fs.Float64Var(&o.minOKPercent, "min-ok", 99, "probe: target share of 200 answers, percent")
 	fs.StringVar(&o.label, "label", "", "probe, upload with -target: name of the measured server in the table")
+	fs.IntVar(&o.silentConns, "silent-conns", 1000, "tls-silent: TCP connections to the TLS listener that never send a ClientHello, held at once")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
@@ -126,7 +129,7 @@ func main() {
 }
 
 // scenarios are the values of -scenario.
-var scenarios = []string{"small-get", "upload", "isolation", "slow-client", "upstream", "probe", "naive-proxy", "tcp-relay"}
+var scenarios = []string{"small-get", "upload", "isolation", "slow-client", "tls-silent", "upstream", "probe", "naive-proxy", "tcp-relay"}
 
 func (o *options) validate() error {
 	if !slices.Contains(scenarios, o.scenario) {
@@ -176,6 +179,8 @@ func run(o options) error {
 		return isolation(o)
 	case "slow-client":
 		return slowClient(o)
+	case "tls-silent":
+		return tlsSilent(o)
 	case "upstream":
 		return serveUpstream(o)
 	case "probe":
