@@ -6,7 +6,10 @@
 #   bash scripts/bench-tls.sh          # make bench-tls (and make bench) call this
 #   ROUNDS=1 DURATION=5 bash scripts/bench-tls.sh
 #
-# Per target and round, two wrk runs (one thread, on core LOAD_CPU):
+# Per target and round, three wrk runs (one thread, on core LOAD_CPU):
+#   plain       the same as keep-alive without TLS (a second Toron process with the same routes;
+#               a second, plain listen line of the same nginx server): the baseline, so that the
+#               table shows what TLS itself adds per request;
 #   keep-alive  CONNECTIONS TLS connections, small GET /api/items: req/s and the proxy's CPU
 #               time per request (utime+stime of its processes from /proc/PID/stat around the run);
 #   new-conn    NEW_CONNECTIONS connections, each request with `Connection: close`, so every
@@ -29,7 +32,7 @@ CONNECTIONS=${CONNECTIONS:-64}
 NEW_CONNECTIONS=${NEW_CONNECTIONS:-16}
 PROXY_CPU=${PROXY_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
-BASE_PORT=${BASE_PORT:-18190}     # upstream, toron, nginx: BASE_PORT .. BASE_PORT+2
+BASE_PORT=${BASE_PORT:-18190}     # upstream, toron, nginx, plain toron, plain nginx: BASE_PORT .. BASE_PORT+4
 OUT=${OUT:-out/bench-tls}
 
 case "$ROUNDS$DURATION$CONNECTIONS$NEW_CONNECTIONS" in
@@ -49,7 +52,9 @@ source scripts/lib.sh
 UP_PORT=$BASE_PORT
 TORON_PORT=$((BASE_PORT + 1))
 NGINX_PORT=$((BASE_PORT + 2))
-for p in $UP_PORT $TORON_PORT $NGINX_PORT; do
+TORON_PLAIN_PORT=$((BASE_PORT + 3))
+NGINX_PLAIN_PORT=$((BASE_PORT + 4))
+for p in $UP_PORT $TORON_PORT $NGINX_PORT $TORON_PLAIN_PORT $NGINX_PLAIN_PORT; do
 	port_free "$p" || { echo "bench-tls: port $p is in use; set BASE_PORT" >&2; exit 1; }
 done
 
@@ -90,7 +95,7 @@ cpu_ticks() { # pids...: summed utime+stime in clock ticks
 }
 
 fill() { # template out
-	sed -e "s|@PORT@|$PORT|g" -e "s|@UPSTREAM@|127.0.0.1:$UP_PORT|g" -e "s|@PREFIX@|$PREFIX|g" \
+	sed -e "s|@PORT@|$PORT|g" -e "s|@PLAIN_PORT@|$NGINX_PLAIN_PORT|g" -e "s|@UPSTREAM@|127.0.0.1:$UP_PORT|g" -e "s|@PREFIX@|$PREFIX|g" \
 		-e "s|@CERT@|$CERT|g" -e "s|@KEY@|$KEY|g" "$1" >"$2"
 }
 
@@ -112,6 +117,13 @@ TORON_PID=$!
 pids+=("$TORON_PID")
 wait_https "https://127.0.0.1:$TORON_PORT/health" toron
 
+PORT=$TORON_PLAIN_PORT PREFIX=$tmp
+fill loadtest/peers/toron-config.yaml "$tmp/toron-plain-config.yaml"
+env -u TORON_CONFIG -u TORON_ROUTES taskset -c "$PROXY_CPU" bin/toron -config "$tmp/toron-plain-config.yaml" -routes "$tmp/toron-routes.yaml" >"$tmp/toron-plain.log" 2>&1 &
+TORON_PLAIN_PID=$!
+pids+=("$TORON_PLAIN_PID")
+wait_https "http://127.0.0.1:$TORON_PLAIN_PORT/health" "plain toron"
+
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 PORT=$NGINX_PORT PREFIX=$tmp/nginx
 mkdir -p "$PREFIX"
@@ -130,10 +142,14 @@ for t in toron nginx; do
 done
 
 declare -A port=([toron]=$TORON_PORT [nginx]=$NGINX_PORT)
+declare -A plain_port=([toron]=$TORON_PLAIN_PORT [nginx]=$NGINX_PLAIN_PORT)
 declare -A root=([toron]=$TORON_PID [nginx]=$NGINX_PID)
+declare -A plain_root=([toron]=$TORON_PLAIN_PID [nginx]=$NGINX_PID)
+modes=(plain keepalive newconn)
 
 run_wrk() { # target mode duration -> prints "rps requests errors"
 	local url="https://127.0.0.1:${port[$1]}/api/items" out rps reqs errs
+	[ "$2" = plain ] && url="http://127.0.0.1:${plain_port[$1]}/api/items"
 	if [ "$2" = newconn ]; then
 		out=$(taskset -c "$LOAD_CPU" wrk -t1 -c"$NEW_CONNECTIONS" -d"${3}s" --timeout 5s -H 'Connection: close' "$url")
 	else
@@ -146,7 +162,7 @@ run_wrk() { # target mode duration -> prints "rps requests errors"
 }
 
 echo "bench-tls: warming up"
-for t in toron nginx; do for m in keepalive newconn; do run_wrk "$t" "$m" 2 >/dev/null; done; done
+for t in toron nginx; do for m in "${modes[@]}"; do run_wrk "$t" "$m" 2 >/dev/null; done; done
 
 mkdir -p "$OUT"
 raw=$OUT/rounds.tsv
@@ -155,8 +171,10 @@ for round in $(seq "$ROUNDS"); do
 	order=(toron nginx)
 	[ $((round % 2)) -eq 0 ] && order=(nginx toron)
 	for t in "${order[@]}"; do
-		for m in keepalive newconn; do
-			mapfile -t tree < <(echo "${root[$t]}"; children "${root[$t]}")
+		for m in "${modes[@]}"; do
+			r=${root[$t]}
+			[ "$m" = plain ] && r=${plain_root[$t]}
+			mapfile -t tree < <(echo "$r"; children "$r")
 			before=$(cpu_ticks "${tree[@]}")
 			read -r rps reqs errs < <(run_wrk "$t" "$m" "$DURATION")
 			after=$(cpu_ticks "${tree[@]}")
@@ -172,26 +190,28 @@ col() { awk -F'\t' -v t="$1" -v m="$2" -v c="$3" 'NR > 1 && $2 == t && $3 == m &
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0 || a == "-" || b == "-") print "-"; else printf "%.2f", a / b }'; }
 sub() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-") print "-"; else printf "%.1f", a - b }'; }
 
-declare -A ka_rps ka_cpu nc_rps nc_cpu hs
+declare -A pl_cpu tls_cost ka_rps ka_cpu nc_rps nc_cpu hs
 for t in toron nginx; do
+	pl_cpu[$t]=$(col "$t" plain 7)
 	ka_rps[$t]=$(col "$t" keepalive 4)
 	ka_cpu[$t]=$(col "$t" keepalive 7)
 	nc_rps[$t]=$(col "$t" newconn 4)
 	nc_cpu[$t]=$(col "$t" newconn 7)
 	hs[$t]=$(sub "${nc_cpu[$t]}" "${ka_cpu[$t]}")
+	tls_cost[$t]=$(sub "${ka_cpu[$t]}" "${pl_cpu[$t]}")
 done
 cpu_ratio=$(ratio "${ka_cpu[toron]}" "${ka_cpu[nginx]}")
 conn_ratio=$(ratio "${nc_rps[toron]}" "${nc_rps[nginx]}")
 table=$OUT/bench-tls.md
 {
-	echo "| target | keep-alive req/s | keep-alive CPU µs/req | new conns/s | CPU µs/new conn | handshake CPU µs (new conn − keep-alive) | errors |"
-	echo "|---|---:|---:|---:|---:|---:|---|"
+	echo "| target | plaintext CPU µs/req | TLS keep-alive req/s | TLS keep-alive CPU µs/req | TLS adds µs/req | new TLS conns/s | CPU µs/new conn | handshake CPU µs (new conn − keep-alive) | errors |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---|"
 	for t in toron nginx; do
 		errs=$(awk -F'\t' -v t="$t" 'NR > 1 && $2 == t { e += $6 } END { print e + 0 }' "$raw")
-		printf '| %s | %.0f | %s | %.0f | %s | %s | %s |\n' "$t" "${ka_rps[$t]}" "${ka_cpu[$t]}" "${nc_rps[$t]}" "${nc_cpu[$t]}" "${hs[$t]}" "$errs"
+		printf '| %s | %s | %.0f | %s | %s | %.0f | %s | %s | %s |\n' "$t" "${pl_cpu[$t]}" "${ka_rps[$t]}" "${ka_cpu[$t]}" "${tls_cost[$t]}" "${nc_rps[$t]}" "${nc_cpu[$t]}" "${hs[$t]}" "$errs"
 	done
 	echo
-	echo "toron / nginx: keep-alive CPU per request $cpu_ratio (target <= 1.2); new connections per second $conn_ratio (target >= 0.7)"
+	echo "toron / nginx: TLS keep-alive CPU per request $cpu_ratio (target <= 1.2; plaintext $(ratio "${pl_cpu[toron]}" "${pl_cpu[nginx]}")); new TLS connections per second $conn_ratio (target >= 0.7)"
 } >"$table"
 
 echo
@@ -202,5 +222,5 @@ echo "proxy and upstream on core $PROXY_CPU; one ECDSA P-256 certificate for bot
 echo
 cat "$table"
 echo
-echo "RESULT tls keepalive_cpu_ratio=$cpu_ratio newconn_rate_ratio=$conn_ratio toron_handshake_us=${hs[toron]} nginx_handshake_us=${hs[nginx]}"
+echo "RESULT tls keepalive_cpu_ratio=$cpu_ratio newconn_rate_ratio=$conn_ratio toron_handshake_us=${hs[toron]} nginx_handshake_us=${hs[nginx]} toron_tls_adds_us=${tls_cost[toron]} nginx_tls_adds_us=${tls_cost[nginx]}"
 echo "per-round values: $raw; table: $table"
