@@ -41,6 +41,7 @@ func (l *listener) Accept() (net.Conn, error) {
 	}
 	cc := &clientConn{Conn: c, ln: l, activeAt: time.Now()}
 	cc.x.conn = cc
+	cc.windowBelow = attachWriteWindow(c, &cc.writeWin, nil) // TLS: the window runs below it
 	// The first request's line and headers must arrive within read_timeout of the accept.
 	_ = c.SetReadDeadline(cc.activeAt.Add(l.g.snap.Load().cfg.Server.ReadTimeout))
 	l.mu.Lock()
@@ -115,6 +116,9 @@ type clientConn struct {
 	activeAt time.Time
 	readWin  timeouts.Window
 	writeWin timeouts.Window
+
+	// windowBelow: writeWin is applied below TLS, by the socket (tls.go, windowedSocket).
+	windowBelow bool
 }
 
 // Read reads from the client. While a request body is read, the activity window of SPEC 5
@@ -146,6 +150,9 @@ func (c *clientConn) Read(p []byte) (int, error) {
 // for longer than the window while the client reads steadily. That query is a system call made
 // only when a deadline passed.
 func (c *clientConn) Write(p []byte) (int, error) {
+	if c.windowBelow {
+		return c.Conn.Write(p)
+	}
 	return writeInWindow(c.Conn, &c.writeWin, p, nil)
 }
 
@@ -171,7 +178,9 @@ func writeInWindow(conn net.Conn, w *timeouts.Window, p []byte, interrupted *ato
 		n, err := conn.Write(p[written:])
 		written += n
 		end := time.Now()
-		// Over TLS a write that timed out cannot go on (isTLSConn): the window's verdict stands.
+		// A write that timed out on a TLS connection cannot go on (isTLSConn): the window's
+		// verdict stands. (Both ends run their window below TLS instead, windowedSocket; this is
+		// the safety net for a TLS connection that was not set up that way.)
 		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || w.Timeout <= 0 || isTLSConn(conn) {
 			return written, w.After(start, end, n, err)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"toron/conf"
 	listen "toron/listener"
+	"toron/timeouts"
 )
 
 // tlsState is the gateway's side of TLS on the listener (SPEC 14): the certificate store
@@ -62,7 +63,8 @@ func (g *Gateway) wrapTLS(ln net.Listener) (net.Listener, error) {
 		return ln, nil
 	}
 	t := g.Config().Server.TLS
-	tl, err := listen.NewTLS(ln, tlsOptions(t, g.tls.certs), g.set)
+	// The client's sliding write window runs below TLS (windowedSocket).
+	tl, err := listen.NewTLS(windowListener{ln}, tlsOptions(t, g.tls.certs), g.set)
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +103,65 @@ func rawConn(c net.Conn) net.Conn {
 			return c
 		}
 		c = inner
+	}
+}
+
+// windowListener hands out sockets whose writes the gateway can put under a client's sliding
+// write window from below the TLS layer (windowedSocket).
+type windowListener struct{ net.Listener }
+
+func (l windowListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &windowedSocket{Conn: c}, nil
+}
+
+// windowedSocket is the socket below a client's TLS layer. Once the gateway's connection
+// attached its write window (attachWriteWindow), every write of TLS records goes through
+// writeInWindow: a write blocked past its deadline is judged by what the client acknowledged
+// and goes on while the client reads (SPEC 5, the slow-read defence). Above TLS that is
+// impossible: after a write timeout crypto/tls's state is corrupt and the connection is lost,
+// so a slow but steady reader behind a full send buffer would be cut. crypto/tls sees only the
+// window's final verdict (timeouts.ErrSlowClient, ErrStalled), after which the connection is
+// closed anyway.
+type windowedSocket struct {
+	net.Conn
+	win *timeouts.Window // nil until attached: plain writes (the handshake's)
+	// interrupted is writeInWindow's: an upstream connection's abort flag, nil for a client.
+	interrupted *atomic.Bool
+}
+
+func (s *windowedSocket) Write(p []byte) (int, error) {
+	if s.win == nil {
+		return s.Conn.Write(p)
+	}
+	return writeInWindow(s.Conn, s.win, p, s.interrupted)
+}
+
+// NetConn returns the socket, for rawConn.
+func (s *windowedSocket) NetConn() net.Conn { return s.Conn }
+
+// attachWriteWindow puts the writes of the windowedSocket below c, if there is one, under w
+// (interrupted as writeInWindow's), and reports whether it did: the caller then writes to c
+// without a window of its own. Called before the connection's first write of its own (at the
+// accept; after the upstream dial).
+func attachWriteWindow(c net.Conn, w *timeouts.Window, interrupted *atomic.Bool) bool {
+	for {
+		if ws, ok := c.(*windowedSocket); ok {
+			ws.win, ws.interrupted = w, interrupted
+			return true
+		}
+		inner, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return false
+		}
+		next := inner.NetConn()
+		if next == nil || next == c {
+			return false
+		}
+		c = next
 	}
 }
 

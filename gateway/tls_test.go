@@ -305,14 +305,18 @@ func TestTLSMutualClients(t *testing.T) {
 	}
 }
 
-// startTLSUpstream serves echo over TLS with cert on loopback.
-func startTLSUpstream(t *testing.T, cert tls.Certificate) string {
+// startTLSUpstream serves h (nil: echo) over TLS with cert on loopback.
+func startTLSUpstream(t *testing.T, cert tls.Certificate, h ...http.HandlerFunc) string {
 	t.Helper()
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(echoHandler), ErrorLog: log.New(io.Discard, "", 0)}
+	handler := http.HandlerFunc(echoHandler)
+	if len(h) > 0 {
+		handler = h[0]
+	}
+	srv := &http.Server{Handler: handler, ErrorLog: log.New(io.Discard, "", 0)}
 	go func() { _ = srv.Serve(tls.NewListener(raw, &tls.Config{Certificates: []tls.Certificate{cert}})) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -402,5 +406,112 @@ func TestUpstreamTLSHandshakeTimeout(t *testing.T) {
 	}
 	if !strings.Contains(string(rr.body), "TLS handshake failed") {
 		t.Errorf("body %s", rr.body)
+	}
+}
+
+// TestTLSSlowReaderWithFullSendBufferCompletes is TestSlowReaderWithFullSendBufferCompletes over
+// TLS: the sliding write window runs below the TLS layer (windowedSocket), where a write blocked
+// past its deadline can go on while the client acknowledges bytes; above it, crypto/tls would
+// have to give up at the first timeout.
+func TestTLSSlowReaderWithFullSendBufferCompletes(t *testing.T) {
+	t.Parallel()
+	pki := newTestPKI(t)
+	_, c1, k1 := pki.issue(t, "gw", "gw.test")
+	up := startUpstream(t, bigHandler)
+	gw := startGateway(t, "write_timeout: 500ms\n"+tlsServerYAML("", c1, k1), upstreamRoute("/", up.addr, ""))
+	const size = 8 << 20
+	raw, err := net.Dial("tcp", gw.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	_ = raw.(*net.TCPConn).SetReadBuffer(64 << 10)
+	c := tls.Client(raw, &tls.Config{RootCAs: pki.pool, ServerName: "gw.test"})
+	fmt.Fprintf(c, "GET /big?size=%d HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", size)
+	// At most 16 KiB every 15 ms, about 1 MB/s: the kernel wakes a blocked write of the
+	// gateway only after much more than a window's worth of that drained.
+	buf := make([]byte, 16<<10)
+	total := 0
+	start := time.Now()
+	for {
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		n, err := c.Read(buf)
+		total += n
+		if err != nil {
+			break
+		}
+		time.Sleep(15 * time.Millisecond)
+	}
+	// The head is a few hundred bytes: a cut body leaves far less than size.
+	if total < size {
+		t.Fatalf("a steady TLS reader (%.0f KB/s) was cut after %d of %d bytes",
+			float64(total)/time.Since(start).Seconds()/1e3, total, size)
+	}
+}
+
+// TestTLSStalledReaderCut: below TLS the window still cuts a client that stops reading.
+func TestTLSStalledReaderCut(t *testing.T) {
+	t.Parallel()
+	pki := newTestPKI(t)
+	_, c1, k1 := pki.issue(t, "gw", "gw.test")
+	up := startUpstream(t, bigHandler)
+	gw := startGateway(t, "write_timeout: 1s\n"+tlsServerYAML("", c1, k1), upstreamRoute("/", up.addr, ""))
+	raw, err := net.Dial("tcp", gw.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	_ = raw.(*net.TCPConn).SetReadBuffer(16 << 10)
+	c := tls.Client(raw, &tls.Config{RootCAs: pki.pool, ServerName: "gw.test"})
+	fmt.Fprintf(c, "GET /big?size=%d HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 64<<20)
+	start := time.Now()
+	for connsOpen(gw.g) != 0 {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("a TLS client that stopped reading still holds its connection after %v", time.Since(start))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if m := metricsOf(gw.g); !strings.Contains(m, `reason="slow_client"} 1`) && !strings.Contains(m, `reason="client_abort"} 1`) {
+		t.Logf("rejects: %s", m)
+	}
+}
+
+func connsOpen(g *Gateway) int64 {
+	if l := g.ln.Load(); l != nil {
+		return l.open.Load()
+	}
+	return -1
+}
+
+// TestTLSSteadyUpstreamReaderBehindFullBufferNotCut is
+// TestSteadyUpstreamReaderBehindFullBufferNotCut with an https:// upstream: the upstream side's
+// write window runs below TLS too.
+func TestTLSSteadyUpstreamReaderBehindFullBufferNotCut(t *testing.T) {
+	t.Parallel()
+	const size = 8 << 20
+	pki := newTestPKI(t)
+	upCert, _, _ := pki.issue(t, "up", "127.0.0.1")
+	addr := startTLSUpstream(t, upCert, func(w http.ResponseWriter, r *http.Request) {
+		buf := make([]byte, 16<<10)
+		n := 0
+		for {
+			m, err := r.Body.Read(buf)
+			n += m
+			if err != nil {
+				break
+			}
+			time.Sleep(15 * time.Millisecond) // at most about 1 MB/s
+		}
+		fmt.Fprint(w, n)
+	})
+	gw := startGateway(t, "", fmt.Sprintf("- type: upstream\n  prefix: /up\n  target: https://%s\n  tls_ca_file: %s\n  max_body_bytes: 64MiB\n  write_timeout: 500ms\n  read_timeout: 30s\n", addr, pki.caFile))
+	resp, err := http.Post("http://"+gw.addr+"/up/x", "application/octet-stream", strings.NewReader(strings.Repeat("s", size)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(b) != fmt.Sprint(size) {
+		t.Fatalf("a steady TLS upstream reader got %d %s, want 200 %d", resp.StatusCode, b, size)
 	}
 }

@@ -91,6 +91,7 @@ func newHostClient(r *conf.Route, s *conf.Server, onDial func(*upstreamConn), tl
 				}
 			}
 			uc := &upstreamConn{Conn: c, to: to}
+			uc.windowBelow = attachWriteWindow(c, &uc.writeWin, &uc.aborted) // TLS: below it
 			if onDial != nil {
 				onDial(uc)
 			}
@@ -124,6 +125,8 @@ type upstreamConn struct {
 	respBytes    int64
 	readDeadline time.Time
 	writeWin     timeouts.Window
+	// windowBelow: writeWin is applied below TLS, by the socket (tls.go, windowedSocket).
+	windowBelow bool
 }
 
 // Write sends request bytes under a sliding write window. A write blocked past its deadline is
@@ -140,7 +143,13 @@ func (c *upstreamConn) Write(p []byte) (int, error) {
 			return 0, errStaleConn
 		}
 	}
-	n, err := writeInWindow(c.Conn, &c.writeWin, p, &c.aborted)
+	var n int
+	var err error
+	if c.windowBelow {
+		n, err = c.Conn.Write(p)
+	} else {
+		n, err = writeInWindow(c.Conn, &c.writeWin, p, &c.aborted)
+	}
 	switch {
 	case err == nil:
 		return n, nil

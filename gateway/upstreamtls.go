@@ -53,8 +53,12 @@ func upstreamTLSConfig(r *conf.Route) (*tls.Config, error) {
 // (fasthttp issue #2237), so the gateway does it in its Dial and fasthttp's HostClient is
 // told nothing of TLS (IsTLS false: the connection it gets already speaks it). On error the
 // connection is closed.
+//
+// The TLS layer sits on a windowedSocket: attachWriteWindow then puts the upstream
+// connection's sliding write window below TLS, where a write blocked past its deadline can be
+// judged by the bytes the upstream acknowledged (SPEC 5), as on a plain connection.
 func upstreamHandshake(c net.Conn, cfg *tls.Config, deadline time.Time) (net.Conn, error) {
-	tc := tls.Client(c, cfg)
+	tc := tls.Client(&windowedSocket{Conn: c}, cfg)
 	if err := c.SetDeadline(deadline); err != nil {
 		c.Close()
 		return nil, &tlsHandshakeError{err: err}
