@@ -315,3 +315,28 @@ func (c *Config) tlsWarnings() []string {
 	}
 	return out
 }
+
+// TLSFiles returns every certificate, key and CA file the configuration reads (server.tls and
+// the routes' tls_ca_file), each once, in configuration order: what -watch watches besides the
+// two configuration files (SPEC 18: a certificate change reloads like SIGHUP).
+func (c *Config) TLSFiles() []string {
+	var out []string
+	seen := make(map[string]bool)
+	add := func(f string) {
+		if f != "" && !seen[f] {
+			seen[f] = true
+			out = append(out, f)
+		}
+	}
+	if t := c.Server.TLS; t != nil {
+		for _, cert := range t.Certs {
+			add(cert.CertFile)
+			add(cert.KeyFile)
+		}
+		add(t.ClientCAFile)
+	}
+	for _, r := range c.Routes {
+		add(r.TLSCAFile)
+	}
+	return out
+}

@@ -206,3 +206,19 @@ func TestRouteTLS(t *testing.T) {
 		}
 	}
 }
+
+func TestTLSFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	c1, k1 := writePair(t, dir, "a", []string{"a.test"}, time.Now().Add(time.Hour))
+	cfg := mustLoad(t, tlsConfig(c1, k1, c1, k1)+"    client_ca_file: \""+c1+"\"\n", route(
+		`type: upstream, prefix: /a, target: "https://127.0.0.1:1", tls_ca_file: "`+c1+`"`,
+		`type: upstream, prefix: /b, target: "http://127.0.0.1:1"`,
+	))
+	if got := strings.Join(cfg.TLSFiles(), ","); got != c1+","+k1 {
+		t.Errorf("TLSFiles = %q, want each file once", got)
+	}
+	if got := mustLoad(t, "", okRoute).TLSFiles(); len(got) != 0 {
+		t.Errorf("plain configuration: TLSFiles = %q", got)
+	}
+}
