@@ -232,7 +232,8 @@ func (c *clientConn) Close() error {
 // forceClose closes the socket without lingering; the connection's goroutine sees the error and
 // runs Close itself.
 func (c *clientConn) forceClose() {
-	_ = c.Conn.Close()
+	// The socket itself, below TLS: crypto/tls's Close would first try to send close_notify.
+	_ = rawConn(c.Conn).Close()
 }
 
 func (c *clientConn) lingerClose() {
