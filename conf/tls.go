@@ -119,6 +119,12 @@ func decodeTLS(v any) (*TLS, error) {
 				return nil, &tlsFieldError{key, err.Error()}
 			}
 			t.HandshakeTimeout = d.(time.Duration)
+			switch {
+			case t.HandshakeTimeout < 0:
+				return nil, &tlsFieldError{key, fmt.Sprintf("must not be negative, not %s", t.HandshakeTimeout)}
+			case t.HandshakeTimeout == 0:
+				return nil, &tlsFieldError{key, "must be greater than 0: a client could hold its connection forever without finishing its handshake (remove the key for read_timeout)"}
+			}
 		case "client_ca_file":
 			s, ok := val.(string)
 			if !ok {
@@ -169,12 +175,9 @@ func (l *loader) checkTLS(cfg *Config) {
 	default:
 		bad("min_version", `must be "1.2" or "1.3", not %q (TLS 1.0 and 1.1 are not offered)`, t.MinVersion)
 	}
-	switch {
-	case t.HandshakeTimeout < 0:
-		bad("handshake_timeout", "must not be negative, not %s", t.HandshakeTimeout)
-	case t.HandshakeTimeout == 0:
-		// Unset (a zero written explicitly is read the same way): a client gets as long for
-		// its handshake as for its request headers.
+	if t.HandshakeTimeout == 0 {
+		// Unset (decodeTLS refuses an explicit zero or a negative value): a client gets as
+		// long for its handshake as for its request headers.
 		t.HandshakeTimeout = cfg.Server.ReadTimeout
 	}
 	if len(t.Certs) == 0 {

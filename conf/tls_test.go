@@ -129,6 +129,7 @@ func TestTLSErrors(t *testing.T) {
 		"unknown key":    {tlsConfig(c1, k1) + "    ciphers: [x]\n", "config.yaml: server.tls: ciphers: unknown key (known keys: certs, client_ca_file, handshake_timeout, min_version)"},
 		"unknown cert":   {"server:\n  tls:\n    certs: [{cert: x}]\n", "server.tls: certs[0].cert: unknown key"},
 		"negative":       {tlsConfig(c1, k1) + "    handshake_timeout: -1s\n", "server.tls: handshake_timeout: must not be negative"},
+		"zero":           {tlsConfig(c1, k1) + "    handshake_timeout: 0s\n", "server.tls: handshake_timeout: must be greater than 0"},
 		"no unit":        {tlsConfig(c1, k1) + "    handshake_timeout: 5\n", "server.tls: handshake_timeout: 5 has no unit"},
 		"not a mapping":  {"server:\n  tls: true\n", "server.tls: must be a mapping with at least certs"},
 		"client ca":      {tlsConfig(c1, k1) + "    client_ca_file: \"" + missing + "\"\n", "server.tls: client_ca_file: cannot read " + missing},

@@ -172,3 +172,8 @@ func isTLSConn(c net.Conn) bool {
 	_, ok := c.(interface{ ConnectionState() tls.ConnectionState })
 	return ok
 }
+
+var (
+	_ net.Listener = windowListener{}
+	_ net.Conn     = (*windowedSocket)(nil)
+)
