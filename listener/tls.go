@@ -164,24 +164,25 @@ func (c *tlsConn) handshake() {
 	if err != nil {
 		c.failed(err)
 	}
+	// The recorded deadlines are applied before done is set, under mu: a deadline set from
+	// above meanwhile waits, then goes straight through, so the later one wins.
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.err = err
+	if err == nil {
+		shift := time.Since(c.acceptedAt)
+		rd, wd := c.rd, c.wd
+		if !rd.IsZero() {
+			rd = rd.Add(shift)
+		}
+		if !wd.IsZero() {
+			wd = wd.Add(shift)
+		}
+		// Deadline errors here mean a closed socket: the next read says so.
+		_ = c.raw.SetReadDeadline(rd)
+		_ = c.raw.SetWriteDeadline(wd)
+	}
 	c.done.Store(true)
-	rd, wd := c.rd, c.wd
-	c.mu.Unlock()
-	if err != nil {
-		return
-	}
-	shift := time.Since(c.acceptedAt)
-	if !rd.IsZero() {
-		rd = rd.Add(shift)
-	}
-	if !wd.IsZero() {
-		wd = wd.Add(shift)
-	}
-	// Deadline errors here mean a closed socket: the next read says so.
-	_ = c.raw.SetReadDeadline(rd)
-	_ = c.raw.SetWriteDeadline(wd)
 }
 
 // failed counts a failed handshake and answers a plain HTTP request sent to the TLS port

@@ -351,6 +351,12 @@ func TestTLSPlainHTTPGets400(t *testing.T) {
 	ca := newTestCA(t)
 	store := newStore(t, Cert{Name: "c.pem", Certificate: ca.issue(t, "c", []string{"c.test"}, time.Now().Add(time.Hour))})
 	s := startEcho(t, TLSOptions{Certs: store, HandshakeTimeout: 5 * time.Second}, nil)
+	// A TCP health check (connect, close) is not a failed handshake.
+	probe, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe.Close()
 	c, err := net.Dial("tcp", s.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -363,6 +369,11 @@ func TestTLSPlainHTTPGets400(t *testing.T) {
 	b, _ := io.ReadAll(c)
 	if !strings.HasPrefix(string(b), "HTTP/1.1 400 Bad Request\r\n") || !strings.Contains(string(b), "use https://") {
 		t.Errorf("plain HTTP on the TLS port: got %q", b)
+	}
+	waitFor(t, "the plain HTTP request counted", func() bool { return s.ln.HandshakeErrors() >= 1 })
+	time.Sleep(200 * time.Millisecond)
+	if n := s.ln.HandshakeErrors(); n != 1 {
+		t.Errorf("handshake errors %d, want 1 (the plain request; not the TCP health check)", n)
 	}
 }
 
