@@ -45,6 +45,7 @@ type options struct {
 	check, demo    bool
 	version        bool
 	watch          bool // -watch, TORON_WATCH: reload when a watched file changes (SPEC 18)
+	demoTLS        bool // -demo-tls: demo mode over TLS with a generated certificate
 }
 
 func parseFlags(args, environ []string, stderr io.Writer) (options, error) {
@@ -63,6 +64,7 @@ func parseFlags(args, environ []string, stderr io.Writer) (options, error) {
 		return o, err
 	}
 	fs.BoolVar(&o.watch, "watch", watch, "reload when the config, routes or a certificate file changes, a ConfigMap's ..data swap included (env TORON_WATCH=true|1)")
+	fs.BoolVar(&o.demoTLS, "demo-tls", envOr(environ, "TORON_DEMO_TLS", "") == "1", "demo mode over TLS with a self-signed certificate made at start (env TORON_DEMO_TLS=1)")
 	err = fs.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
@@ -100,6 +102,26 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	}
 
 	var ups *demo.Upstreams
+	// -demo-tls: the demo's config gets a tls block with a certificate made now, in a temporary
+	// directory removed at exit (a reload re-reads it from there).
+	demoYAML, scheme, demoCertFile := demoConfigYAML, "http", ""
+	if o.demoTLS {
+		o.demo = true
+		dir, err := os.MkdirTemp("", "toron-demo-tls-")
+		if err != nil {
+			fmt.Fprintf(stderr, "toron: demo certificate: %v\n", err)
+			return exitFailed
+		}
+		defer os.RemoveAll(dir)
+		var keyFile string
+		demoCertFile, keyFile, err = demo.WriteSelfSignedCert(dir)
+		if err != nil {
+			fmt.Fprintf(stderr, "toron: demo certificate: %v\n", err)
+			return exitFailed
+		}
+		demoYAML = append(append([]byte(nil), demoConfigYAML...), fmt.Sprintf("  tls:\n    certs:\n      - {cert_file: %q, key_file: %q}\n", demoCertFile, keyFile)...)
+		scheme = "https"
+	}
 	if o.demo {
 		ups, err = demo.Start()
 		if err != nil {
@@ -110,7 +132,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	load := func() (*conf.Config, error) {
 		if ups != nil {
-			return conf.LoadBytes("demo config", demoConfigYAML, "demo routes", ups.RoutesYAML(), environ)
+			return conf.LoadBytes("demo config", demoYAML, "demo routes", ups.RoutesYAML(), environ)
 		}
 		return conf.Load(o.config, o.routes, environ)
 	}
@@ -177,7 +199,11 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	log.Info("listening", zap.String("addr", ln.Addr().String()), zap.Int("routes", len(cfg.Routes)), zap.String("version", version))
 	if ups != nil {
-		fmt.Fprint(stdout, ups.Banner("http://"+hostForURL(ln.Addr())))
+		base := scheme + "://" + hostForURL(ln.Addr())
+		fmt.Fprint(stdout, ups.Banner(base))
+		if demoCertFile != "" {
+			fmt.Fprint(stdout, demo.TLSBanner(base, demoCertFile))
+		}
 	}
 
 	serveErr := make(chan error, 1)

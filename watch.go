@@ -29,9 +29,9 @@ func envWatch(environ []string) (bool, error) {
 // files, and the certificate files cfg names (SPEC 18).
 func watchedFiles(o options, cfg *conf.Config) []string {
 	files := []string{o.config, o.routes}
-	// The certificate files of cfg (server.tls, the routes' tls_ca_file) are appended here.
-	_ = cfg
-	return files
+	// The certificate files of cfg: server.tls's pairs and client CA, the routes' tls_ca_file
+	// (SPEC 14: they are re-read on every reload, so a change to one is a reason to reload).
+	return append(files, cfg.TLSFiles()...)
 }
 
 // startWatch starts the -watch watcher of SPEC 18 on the files of cfg; its errors are logged

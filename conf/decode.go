@@ -24,6 +24,7 @@ const (
 	kindBool                 // bool
 	kindDuration             // time.Duration: a Go duration string such as "5s"
 	kindStrings              // []string: a YAML list of strings
+	kindTLS                  // *TLS: the server.tls mapping (conf/tls.go)
 )
 
 // describe says what a value of the kind looks like, for error messages.
@@ -44,6 +45,8 @@ func (k kind) describe() string {
 		return `a Go duration such as "5s" or "1m30s"`
 	case kindStrings:
 		return "a list of strings"
+	case kindTLS:
+		return "a mapping with certs"
 	default:
 		return "a string"
 	}
@@ -73,6 +76,8 @@ func schemaOf(t reflect.Type) schema {
 			ft = ft.Elem()
 		}
 		switch {
+		case ft == reflect.TypeFor[TLS]():
+			s[tag] = kindTLS
 		case ft == reflect.TypeFor[time.Duration]():
 			s[tag] = kindDuration
 		case ft.Kind() == reflect.String:
@@ -203,6 +208,8 @@ func fromYAML(v any, k kind) (any, error) {
 		if _, ok := yamlInt(v); ok {
 			return nil, fmt.Errorf("%v has no unit: write %s", v, k.describe())
 		}
+	case kindTLS:
+		return decodeTLS(v)
 	case kindStrings:
 		list, ok := v.([]any)
 		if !ok {

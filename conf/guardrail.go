@@ -130,6 +130,7 @@ func (c *Config) warnings() []string {
 		out = append(out, fmt.Sprintf("max_header_bytes %d is above 64 KiB: it is the read buffer of every open connection, up to %d of them (max_connections)",
 			h, c.Server.MaxConnections))
 	}
+	out = append(out, c.tlsWarnings()...)
 	var parts []string
 	total := 0
 	for _, r := range c.Routes {

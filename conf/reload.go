@@ -19,8 +19,17 @@ func (c *Config) ReloadCompatible(old *Config) error {
 	check("max_header_bytes", old.Server.MaxHeaderBytes, c.Server.MaxHeaderBytes)
 	check("worker_pool_size", old.Server.WorkerPoolSize, c.Server.WorkerPoolSize)
 	checkProxyProtocolReload(old, c, &errs)
+	check("tls", presence(old.Server.TLS), presence(c.Server.TLS)) // the listener is built once
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
 	return nil
+}
+
+// presence names whether an optional section is configured, for reload errors.
+func presence[T any](p *T) string {
+	if p == nil {
+		return "absent"
+	}
+	return "present"
 }

@@ -4,7 +4,10 @@
 // a whole new one.
 package conf
 
-import "time"
+import (
+	"crypto/x509"
+	"time"
+)
 
 // Config is one complete, validated configuration.
 type Config struct {
@@ -72,6 +75,8 @@ type Server struct {
 	TrustedProxies []string `koanf:"trusted_proxies" json:"trusted_proxies"`
 	// ProxyProtocol turns the PROXY protocol on for the listener (SPEC 16); default off.
 	ProxyProtocol ProxyProtocol `koanf:"proxy_protocol" json:"proxy_protocol"`
+	// TLS turns TLS on for the listener (SPEC 14); nil (the default): plain HTTP.
+	TLS *TLS `koanf:"tls" json:"tls,omitempty"`
 }
 
 // Log holds the log settings (config.yaml, key log).
@@ -159,6 +164,15 @@ type Route struct {
 	HealthCheck *HealthCheck `koanf:"-" json:"-"`
 	// Retries is how many other targets a request may try, 0..3; nil: DefaultRetries.
 	Retries *int `koanf:"retries" json:"-"`
+	// TLSCAFile is a PEM bundle the https:// upstream's certificate must chain to; empty:
+	// the system roots (SPEC 14).
+	TLSCAFile string `koanf:"tls_ca_file" json:"tls_ca_file,omitempty"`
+	// TLSServerName is the name sent as SNI and verified; empty: the target's host.
+	TLSServerName string `koanf:"tls_server_name" json:"tls_server_name,omitempty"`
+	// TLSInsecureSkipVerify turns verification of the upstream's certificate off (warned).
+	TLSInsecureSkipVerify bool `koanf:"tls_insecure_skip_verify" json:"tls_insecure_skip_verify,omitempty"`
+	// TLSRootCAs is TLSCAFile parsed by Load; nil for the system roots.
+	TLSRootCAs *x509.CertPool `koanf:"-" json:"-"`
 }
 
 // Effective is a route's resolved settings: each override, else the server's value, with

@@ -118,6 +118,8 @@ func (l *loader) checkServer(cfg *Config) {
 		l.configErr("server.metrics_path", "must differ from health_path (%s)", s.HealthPath)
 	}
 
+	l.checkTLS(cfg)
+
 	switch cfg.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -434,6 +436,7 @@ func (l *loader) checkRoute(r *Route, in *routeInput, bad func(key, format strin
 	if r.MaxUpstreamConns != nil && *r.MaxUpstreamConns < 1 {
 		bad("max_upstream_conns", "must be at least 1, not %d (remove the key for max_concurrency, else %d)", *r.MaxUpstreamConns, DefaultMaxUpstreamConns)
 	}
+	checkRouteTLS(r, in, bad)
 	if r.StreamRequestBody != nil && !*r.StreamRequestBody && r.Effective.MaxBodyBytes > MaxBufferedBodyBytes {
 		bad("stream_request_body", "false buffers every body in memory, which is refused with max_body_bytes above %d (8 MiB): it is %d here; remove the key to stream large bodies", MaxBufferedBodyBytes, r.Effective.MaxBodyBytes)
 	}

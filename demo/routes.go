@@ -122,7 +122,7 @@ Try:
   # rate limit: 5 quick calls give 200 200 200 429 429 (a token a second, bursts of 3)
   for i in 1 2 3 4 5; do curl -s -o /dev/null -w '%%{http_code} ' %[1]s/api/limited/x; done; echo
 
-Not built (SPEC 11): TLS, HTTP/2.
+Not built (SPEC 11): HTTP/2.
 `
 
 // Banner returns the text printed at startup: what runs where and curl commands to try, given the

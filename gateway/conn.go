@@ -46,6 +46,7 @@ func (l *listener) Accept() (net.Conn, error) {
 	}
 	cc := &clientConn{Conn: c, ln: l, activeAt: time.Now()}
 	cc.x.conn = cc
+	cc.windowBelow = attachWriteWindow(c, &cc.writeWin, nil) // TLS: the window runs below it
 	// The first request's line and headers must arrive within read_timeout of the accept.
 	_ = cc.SetReadDeadline(cc.activeAt.Add(l.g.snap.Load().cfg.Server.ReadTimeout))
 	l.mu.Lock()
@@ -128,6 +129,8 @@ type clientConn struct {
 	deadlineSets int64
 	// remote is RemoteAddr().String(), made once for the connection's access lines.
 	remote string
+	// windowBelow: writeWin is applied below TLS, by the socket (tls.go, windowedSocket).
+	windowBelow bool
 }
 
 // remoteString returns the client's address as host:port, computed once per connection.
@@ -167,6 +170,9 @@ func (c *clientConn) Read(p []byte) (int, error) {
 // for longer than the window while the client reads steadily. That query is a system call made
 // only when a deadline passed.
 func (c *clientConn) Write(p []byte) (int, error) {
+	if c.windowBelow {
+		return c.Conn.Write(p)
+	}
 	return writeInWindow(c.Conn, &c.writeWin, p, nil)
 }
 
@@ -192,7 +198,10 @@ func writeInWindow(conn net.Conn, w *timeouts.Window, p []byte, interrupted *ato
 		n, err := conn.Write(p[written:])
 		written += n
 		end := time.Now()
-		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || w.Timeout <= 0 {
+		// A write that timed out on a TLS connection cannot go on (isTLSConn): the window's
+		// verdict stands. (Both ends run their window below TLS instead, windowedSocket; this is
+		// the safety net for a TLS connection that was not set up that way.)
+		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || w.Timeout <= 0 || isTLSConn(conn) {
 			return written, w.After(start, end, n, err)
 		}
 		if interrupted != nil && interrupted.Load() {
@@ -207,7 +216,7 @@ func writeInWindow(conn net.Conn, w *timeouts.Window, p []byte, interrupted *ato
 // unackedBytes returns the bytes written to c that the peer has not acknowledged yet
 // (SIOCOUTQ), -1 if the kernel cannot tell.
 func unackedBytes(c net.Conn) int64 {
-	sc, ok := c.(syscall.Conn)
+	sc, ok := rawConn(c).(syscall.Conn)
 	if !ok {
 		return -1
 	}
@@ -243,12 +252,14 @@ func (c *clientConn) Close() error {
 // forceClose closes the socket without lingering; the connection's goroutine sees the error and
 // runs Close itself.
 func (c *clientConn) forceClose() {
-	_ = c.Conn.Close()
+	// The socket itself, below TLS: crypto/tls's Close would first try to send close_notify.
+	_ = rawConn(c.Conn).Close()
 }
 
 func (c *clientConn) lingerClose() {
-	// A *net.TCPConn, or a connection of the PROXY protocol listener over one.
-	tc, ok := c.Conn.(interface {
+	// The socket below TLS: a *net.TCPConn, or a connection of the PROXY protocol listener
+	// over one (the half-close must not be TLS's close_notify).
+	tc, ok := rawConn(c.Conn).(interface {
 		net.Conn
 		CloseWrite() error
 	})

@@ -64,8 +64,6 @@ var (
 		"502 Bad Gateway: upstream stopped reading the request", false)
 	rejUpstreamBad = newRejection(fasthttp.StatusBadGateway, reasonUpstreamError,
 		"502 Bad Gateway: upstream response could not be read", false)
-	rejUpstreamTLS = newRejection(fasthttp.StatusBadGateway, reasonUpstreamError,
-		"502 Bad Gateway: upstream TLS handshake failed", false)
 	rejExpectation = newRejection(fasthttp.StatusExpectationFailed, reasonBadRequest,
 		"417 Expectation Failed: only Expect: 100-continue is supported", false)
 	rejInternal = newRejection(fasthttp.StatusInternalServerError, reasonNone,
@@ -98,6 +96,8 @@ func upstreamRejection(err error) *rejection {
 		return rejUpstreamDialTimeout
 	case errors.As(err, &dialErr):
 		switch {
+		case isTLSHandshakeError(dialErr.err):
+			return rejUpstreamTLS
 		case isTimeout(dialErr.err):
 			return rejUpstreamDialTimeout
 		case errors.Is(dialErr.err, syscall.ECONNREFUSED):

@@ -51,6 +51,9 @@ type Gateway struct {
 	idPrefix string
 
 	tunnels *tunnelRegistry // open WebSocket tunnels (tunnel.go)
+	// TLS on the listener (tls.go) and X-Forwarded-Proto ("https" on a TLS listener).
+	tls   tlsState
+	proto []byte
 }
 
 // snapshot is one immutable route table with the configuration it came from. A request keeps
@@ -144,6 +147,9 @@ func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
 	// it again, or a reload handled between New and Serve (a SIGHUP during startup) would be
 	// overwritten by the configuration it replaced.
 	g.applySnapshot(snap)
+	if err := g.newTLSState(cfg); err != nil {
+		return nil, err
+	}
 
 	s := &cfg.Server
 	g.srv = &fasthttp.Server{
@@ -201,12 +207,20 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, er
 		if o := old[rc.Name]; o != nil {
 			prevSet = o.set
 		}
-		set, err := up.NewSet(upstreamConfig(rc, g.set, g.resolver.Dial, nil, g.onUpstreamEvent), prevSet)
+		checkTLS, err := upstreamTLSConfig(rc)
+		if err != nil {
+			return nil, err
+		}
+		set, err := up.NewSet(upstreamConfig(rc, g.set, g.resolver.Dial, checkTLS, g.onUpstreamEvent), prevSet)
 		if err != nil {
 			return nil, fmt.Errorf("gateway: route %q: %w", rc.Name, err)
 		}
+		tlsCfg, err := upstreamTLSConfig(rc)
+		if err != nil {
+			return nil, err
+		}
 		for _, t := range set.Targets() {
-			pp := poolParamsOf(rc, &cfg.Server, t.Addr())
+			pp := poolParamsOf(rc, &cfg.Server, t.Addr(), targetTLS(tlsCfg, rc, t.Addr()))
 			cur, _ := t.Attached().(*upstreamPool)
 			if cur != nil && cur.params == pp {
 				continue
@@ -248,6 +262,12 @@ func (g *Gateway) Config() *conf.Config { return g.snap.Load().cfg }
 // name keeps its bulkhead count. On error the old configuration keeps serving.
 func (g *Gateway) Reload(cfg *conf.Config) error {
 	if err := cfg.ReloadCompatible(g.Config()); err != nil {
+		g.reloadKO.Inc()
+		return err
+	}
+	// TLS first: Load already read and checked every pair, and building the snapshot hands
+	// the routes' targets over to the new table.
+	if err := g.reloadTLS(cfg); err != nil {
 		g.reloadKO.Inc()
 		return err
 	}
@@ -293,6 +313,10 @@ func (g *Gateway) Listen() (net.Listener, error) {
 // Serve serves client connections from ln until Shutdown.
 func (g *Gateway) Serve(ln net.Listener) error {
 	ln = g.proxyProtocol(ln) // below TLS: the PROXY header comes first (proxyproto.go)
+	ln, err := g.wrapTLS(ln)
+	if err != nil {
+		return err
+	}
 	l := newListener(ln, g)
 	g.ln.Store(l)
 	return g.srv.Serve(l)

@@ -42,28 +42,30 @@ type upstreamPool struct {
 // params keeps its pool and its warm connections; any change builds a new pool and retires the
 // old one (its connections close as their requests end).
 type poolParams struct {
-	addr       string // host:port, dialed
-	https      bool
-	serverName string
-	maxConns   int
-	connect    time.Duration
-	header     time.Duration
-	write      time.Duration
-	idle       time.Duration
+	addr  string // host:port, dialed
+	https bool
+	// tls is the route's upstream TLS configuration (upstreamtls.go), built at each load: an
+	// https target gets a new pool at every reload, so that a changed CA file takes effect.
+	tls      *tls.Config
+	maxConns int
+	connect  time.Duration
+	header   time.Duration
+	write    time.Duration
+	idle     time.Duration
 }
 
-// poolParamsOf returns the params of the pool of target addr of route r.
-func poolParamsOf(r *conf.Route, s *conf.Server, addr string) poolParams {
-	host, _, _ := net.SplitHostPort(addr)
+// poolParamsOf returns the params of the pool of target addr of route r; tlsCfg is the route's
+// upstream TLS configuration (nil for http targets).
+func poolParamsOf(r *conf.Route, s *conf.Server, addr string, tlsCfg *tls.Config) poolParams {
 	return poolParams{
-		addr:       addr,
-		https:      strings.HasPrefix(r.Target, "https://"),
-		serverName: host,
-		maxConns:   r.Effective.MaxUpstreamConns,
-		connect:    r.Effective.ConnectTimeout,
-		header:     r.Effective.ResponseHeaderTimeout,
-		write:      r.Effective.WriteTimeout,
-		idle:       s.UpstreamIdleTimeout,
+		addr:     addr,
+		https:    strings.HasPrefix(r.Target, "https://"),
+		tls:      tlsCfg,
+		maxConns: r.Effective.MaxUpstreamConns,
+		connect:  r.Effective.ConnectTimeout,
+		header:   r.Effective.ResponseHeaderTimeout,
+		write:    r.Effective.WriteTimeout,
+		idle:     s.UpstreamIdleTimeout,
 	}
 }
 
@@ -75,9 +77,7 @@ func newUpstreamPool(pp poolParams, dial up.DialFunc) *upstreamPool {
 		dial:   dial,
 		to:     upstreamTimeouts{header: pp.header, write: pp.write, idle: pp.idle},
 	}
-	if pp.https {
-		p.tls = &tls.Config{ServerName: pp.serverName, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12}
-	}
+	p.tls = pp.tls
 	return p
 }
 
@@ -119,9 +119,10 @@ func (p *upstreamPool) conn() (*upstreamConn, bool, error) {
 	return c, false, err
 }
 
-// dial opens a new connection, the TLS handshake of an https target included, within
-// connect_timeout.
+// dialConn opens a new connection, the TLS handshake of an https target included, within
+// connect_timeout (SPEC 14: the handshake counts against it).
 func (p *upstreamPool) dialConn() (*upstreamConn, error) {
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), p.params.connect)
 	defer cancel()
 	raw, err := p.dial(ctx, p.params.addr)
@@ -130,12 +131,11 @@ func (p *upstreamPool) dialConn() (*upstreamConn, error) {
 	}
 	var c net.Conn = raw
 	if p.tls != nil {
-		tc := tls.Client(raw, p.tls)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			_ = raw.Close()
-			return nil, &tlsHandshakeError{err: err}
+		// upstreamHandshake returns a *tlsHandshakeError: a 502 that says so, a failure of the
+		// target, and an attempt that sent nothing (another target may be tried).
+		if c, err = upstreamHandshake(raw, p.tls, start.Add(p.params.connect)); err != nil {
+			return nil, err
 		}
-		c = tc
 	}
 	return newUpstreamConn(c, p), nil
 }
@@ -196,13 +196,5 @@ func (p *upstreamPool) closeIdle() {
 		}
 	}
 }
-
-// tlsHandshakeError is a TLS handshake with an https upstream that failed (SPEC 14: a 502).
-type tlsHandshakeError struct{ err error }
-
-func (e *tlsHandshakeError) Error() string {
-	return "gateway: upstream TLS handshake: " + e.err.Error()
-}
-func (e *tlsHandshakeError) Unwrap() error { return e.err }
 
 var _ io.Closer = (*upstreamPool)(nil)

@@ -236,7 +236,7 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 	buf = appendRemoteIP(buf, ctx)
 	x.xff = buf
 	out.SetBytesKV(hdrXForwardedFor, buf)
-	out.SetBytesKV(hdrXForwardedProto, protoHTTP)
+	out.SetBytesKV(hdrXForwardedProto, g.proto)
 	if len(host) > 0 {
 		out.SetBytesKV(hdrXForwardedHost, host)
 	}

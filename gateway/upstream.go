@@ -95,11 +95,15 @@ type upstreamConn struct {
 	written      int64
 	readDeadline time.Time
 	writeWin     timeouts.Window
+	// windowBelow: writeWin is applied below TLS, by the socket (tls.go, windowedSocket): a
+	// write timeout corrupts a TLS connection, so the window must judge the socket's writes.
+	windowBelow bool
 }
 
 func newUpstreamConn(c net.Conn, p *upstreamPool) *upstreamConn {
 	uc := &upstreamConn{Conn: c, pool: p, to: &p.to}
 	uc.br = bufio.NewReaderSize(uc, upstreamReadBufferSize)
+	uc.windowBelow = attachWriteWindow(c, &uc.writeWin, &uc.aborted)
 	uc.state.Store(connLent)
 	return uc
 }
@@ -131,7 +135,13 @@ func (c *upstreamConn) Read(p []byte) (int, error) {
 // client): an upstream that reads a large body slowly but steadily behind a full send buffer
 // is not one that stopped reading.
 func (c *upstreamConn) Write(p []byte) (int, error) {
-	n, err := writeInWindow(c.Conn, &c.writeWin, p, &c.aborted)
+	var n int
+	var err error
+	if c.windowBelow {
+		n, err = c.Conn.Write(p)
+	} else {
+		n, err = writeInWindow(c.Conn, &c.writeWin, p, &c.aborted)
+	}
 	c.written += int64(n)
 	switch {
 	case err == nil:

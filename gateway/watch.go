@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"net"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -100,6 +101,9 @@ type peeker struct {
 
 func newPeeker(c any) *peeker {
 	p := &peeker{}
+	if nc, ok := c.(net.Conn); ok {
+		c = rawConn(nc) // below TLS: the kernel's view of the peer
+	}
 	if sc, ok := c.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
 			p.rc = rc

@@ -1,6 +1,9 @@
 // Package listener is what happens below HTTP on a client connection: the PROXY protocol (this
-// file), TLS, connection accounting. It imports only the standard library, fasthttp, the metrics
-// package and the one library its job needs (go-proxyproto): never conf, gateway or zap.
+// file, read first: its header comes before TLS), TLS (tls.go: a certificate store picked by SNI
+// and swapped atomically on reload, a handshake deadline counted from the accept), connection
+// accounting. It imports only the standard library, fasthttp, the metrics package and the one
+// library its job needs (go-proxyproto): never conf, gateway or zap; the gateway turns
+// configuration into its small options structs.
 package listener
 
 import (

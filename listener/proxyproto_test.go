@@ -11,11 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // echoServer serves a ProxyListener: each connection gets back "RemoteAddr|first bytes read",
 // or nothing when its Read failed (then the error is recorded).

@@ -7,7 +7,7 @@
 //	go run ./loadtest -scenario isolation -duration 5s
 //	go run ./loadtest -scenario isolation -peer nginx   # the same measurement against nginx
 //
-// Scenarios: small-get, upload, isolation, slow-client; and four helpers: upstream (serve the
+// Scenarios: small-get, upload, isolation, slow-client, tls-silent; and four helpers: upstream (serve the
 // upstream alone, for scripts/compare.sh), probe (probe a running server every -interval, for
 // scripts/slowloris.sh), naive-proxy and tcp-relay (the upload scenario's references, started
 // by it). Every request goes to 127.0.0.1. With -peer nginx the isolation scenario starts nginx
@@ -71,6 +71,7 @@ type options struct {
 
 	tunnels     int
 	tunnelBytes int64
+	silentConns int // tls-silent: silent TLS connections held at once
 }
 
 // errMissed is returned by a scenario that ran but missed its target.
@@ -82,7 +83,7 @@ func main() {
 	fs.StringVar(&o.toron, "toron", "bin/toron", "gateway binary to start")
 	fs.StringVar(&o.peer, "peer", "toron", "isolation: the server to measure, toron or nginx (loadtest/peers/nginx.conf, for reference)")
 	fs.StringVar(&o.nginx, "nginx", "nginx", "nginx binary for -peer nginx")
-	fs.StringVar(&o.scenario, "scenario", "", "small-get, upload, isolation, slow-client, slow-target, tunnel; helpers: upstream, probe, ws-echo")
+	fs.StringVar(&o.scenario, "scenario", "", "small-get, upload, isolation, slow-client, slow-target, tunnel, tls-silent; helpers: upstream, probe, ws-echo")
 	fs.StringVar(&o.out, "out", "out/loadtest", "folder for the plots, tables and the gateway's log")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of each measured phase")
 	fs.StringVar(&o.target, "target", "", "measure this running server (base URL on 127.0.0.1; for upload the full URL) instead of starting the gateway")
@@ -113,6 +114,7 @@ func main() {
 	fs.StringVar(&o.label, "label", "", "probe, upload with -target: name of the measured server in the table")
 	fs.IntVar(&o.tunnels, "tunnels", 2000, "tunnel: idle WebSocket tunnels held open for the memory and /api p99 measurements")
 	fs.Int64Var(&o.tunnelBytes, "tunnel-bytes", 64<<20, "tunnel: bytes each echo connection sends (and reads back) per round")
+	fs.IntVar(&o.silentConns, "silent-conns", 1000, "tls-silent: TCP connections to the TLS listener that never send a ClientHello, held at once")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
@@ -133,7 +135,7 @@ func main() {
 }
 
 // scenarios are the values of -scenario.
-var scenarios = []string{"small-get", "upload", "isolation", "slow-client", "slow-target", "upstream", "probe", "naive-proxy", "tcp-relay", "tunnel", "ws-echo", "ws-upstream"}
+var scenarios = []string{"small-get", "upload", "isolation", "slow-client", "slow-target", "tls-silent", "upstream", "probe", "naive-proxy", "tcp-relay", "tunnel", "ws-echo", "ws-upstream"}
 
 func (o *options) validate() error {
 	if !slices.Contains(scenarios, o.scenario) {
@@ -185,6 +187,8 @@ func run(o options) error {
 		return slowTarget(o)
 	case "slow-client":
 		return slowClient(o)
+	case "tls-silent":
+		return tlsSilent(o)
 	case "upstream":
 		return serveUpstream(o)
 	case "probe":

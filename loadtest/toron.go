@@ -135,6 +135,9 @@ func StartToronRoutes(binary, dir, routes string) (*Toron, error) {
 // Metrics returns the lines of /metrics that start with prefix.
 func (t *Toron) Metrics(prefix string) []string {
 	client := &http.Client{Timeout: 2 * time.Second}
+	if t.tlsClient != nil {
+		client = t.tlsClient
+	}
 	resp, err := client.Get(t.URL() + "/metrics")
 	if err != nil {
 		return nil
@@ -164,11 +167,20 @@ type process struct {
 	// afterExit, when set, runs once after the process has exited and Stop saw it.
 	afterExit func()
 	afterOnce sync.Once
+
+	// tlsClient, when set, is how the server is reached: it speaks HTTPS (tls.go).
+	tlsClient *http.Client
 }
 
 // startProcess starts cmd with its output in logPath, then waits until
 // http://127.0.0.1:port/health answers 200; stopSig is its graceful stop signal.
 func startProcess(name string, cmd *exec.Cmd, port int, logPath string, stopSig syscall.Signal) (*process, error) {
+	return startProcessTLS(name, cmd, port, logPath, stopSig, nil)
+}
+
+// startProcessTLS is startProcess for a server that speaks HTTPS, reached with tlsClient (nil:
+// plain HTTP).
+func startProcessTLS(name string, cmd *exec.Cmd, port int, logPath string, stopSig syscall.Signal, tlsClient *http.Client) (*process, error) {
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("loadtest: cannot create the log of %s: %w", name, err)
@@ -179,7 +191,7 @@ func startProcess(name string, cmd *exec.Cmd, port int, logPath string, stopSig 
 		logFile.Close()
 		return nil, fmt.Errorf("loadtest: cannot start %s: %w", cmd.Path, err)
 	}
-	p := &process{name: name, cmd: cmd, port: port, logPath: logPath, stopSig: stopSig, exited: make(chan struct{})}
+	p := &process{name: name, cmd: cmd, port: port, logPath: logPath, stopSig: stopSig, exited: make(chan struct{}), tlsClient: tlsClient}
 	go func() {
 		p.waitErr = cmd.Wait()
 		logFile.Close()
@@ -194,13 +206,21 @@ func startProcess(name string, cmd *exec.Cmd, port int, logPath string, stopSig 
 }
 
 // URL is the server's base URL.
-func (p *process) URL() string { return "http://127.0.0.1:" + strconv.Itoa(p.port) }
+func (p *process) URL() string {
+	if p.tlsClient != nil {
+		return "https://127.0.0.1:" + strconv.Itoa(p.port)
+	}
+	return "http://127.0.0.1:" + strconv.Itoa(p.port)
+}
 
 // PID is the server's process id.
 func (p *process) PID() int { return p.cmd.Process.Pid }
 
 func (p *process) waitHealthy() error {
 	client := &http.Client{Timeout: time.Second}
+	if p.tlsClient != nil {
+		client = p.tlsClient
+	}
 	deadline := time.Now().Add(healthWait)
 	for time.Now().Before(deadline) {
 		select {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Import-direction check (STYLE 1): main -> gateway -> limits, timeouts, streaming; main, gateway
-# -> conf. The leaves import only the standard library, fasthttp and the metrics package (and
-# listener github.com/pires/go-proxyproto).
+# -> conf. The leaves (limits, timeouts, streaming, listener) import only the standard library,
+# fasthttp and the metrics package (and, in listener, github.com/pires/go-proxyproto).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0

@@ -1,0 +1,517 @@
+package gateway
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"toron/conf"
+)
+
+// testPKI is a private CA made for one test, and the files it wrote: nothing is committed.
+type testPKI struct {
+	dir    string
+	cert   *x509.Certificate
+	key    *ecdsa.PrivateKey
+	pool   *x509.CertPool
+	caFile string
+	serial int64
+}
+
+func newTestPKI(t testing.TB) *testPKI {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "toron test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	p := &testPKI{dir: t.TempDir(), cert: cert, key: key, pool: x509.NewCertPool(), serial: 1}
+	p.pool.AddCert(cert)
+	p.caFile = filepath.Join(p.dir, "ca.pem")
+	writePEM(t, p.caFile, "CERTIFICATE", der)
+	return p
+}
+
+func writePEM(t testing.TB, file, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// issue signs a leaf for names (DNS names; "127.0.0.1" becomes an IP SAN) and returns it
+// loaded, with the PEM files it wrote as base.crt and base.key.
+func (p *testPKI) issue(t testing.TB, base string, names ...string) (tls.Certificate, string, string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.serial++
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: base},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, n)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.cert, &key.PublicKey, p.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(p.dir, base+".crt"), filepath.Join(p.dir, base+".key")
+	writePEM(t, certFile, "CERTIFICATE", der)
+	writePEM(t, keyFile, "PRIVATE KEY", kb)
+	pair, err := tls.X509KeyPair(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pair, certFile, keyFile
+}
+
+// tlsServerYAML is the tls block of the server key for the given pairs (cert, key, ...).
+func tlsServerYAML(extra string, files ...string) string {
+	var b strings.Builder
+	b.WriteString("tls:\n  certs:\n")
+	for i := 0; i+1 < len(files); i += 2 {
+		fmt.Fprintf(&b, "    - {cert_file: %q, key_file: %q}\n", files[i], files[i+1])
+	}
+	b.WriteString(indent(extra, "  "))
+	return b.String()
+}
+
+// httpsClient trusts pool and names the server serverName; one connection per request unless
+// keepAlive.
+func httpsClient(pool *x509.CertPool, serverName string, keepAlive bool, certs ...tls.Certificate) *http.Client {
+	return &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{
+			// h2 offered too, as browsers and curl do: the gateway must pick http/1.1.
+			TLSClientConfig:   &tls.Config{RootCAs: pool, ServerName: serverName, Certificates: certs, NextProtos: []string{"h2", "http/1.1"}},
+			DisableKeepAlives: !keepAlive,
+			ForceAttemptHTTP2: false,
+		},
+	}
+}
+
+func get(t *testing.T, c *http.Client, url string) (int, string, *http.Response) {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp
+}
+
+func TestTLSListenerForwardsHTTPS(t *testing.T) {
+	pki := newTestPKI(t)
+	_, c1, k1 := pki.issue(t, "gw", "gw.test")
+	up := startUpstream(t, nil)
+	gw := startGateway(t, tlsServerYAML("", c1, k1), upstreamRoute("/api", up.addr, ""))
+	c := httpsClient(pki.pool, "gw.test", true)
+	defer c.CloseIdleConnections()
+
+	code, _, resp := get(t, c, "https://"+gw.addr+"/api/x")
+	if code != 200 {
+		t.Fatalf("status %d", code)
+	}
+	if p := resp.Header.Get("X-Echo-H-X-Forwarded-Proto"); p != "https" {
+		t.Errorf("X-Forwarded-Proto = %q, want https", p)
+	}
+	if resp.TLS == nil || resp.TLS.NegotiatedProtocol != "http/1.1" {
+		t.Errorf("ALPN: %+v", resp.TLS)
+	}
+	if code, body, _ := get(t, c, "https://"+gw.addr+"/health"); code != 200 || !strings.Contains(body, "ok") {
+		t.Errorf("/health over TLS: %d %s", code, body)
+	}
+	// A plain HTTP request to the TLS port is told to use https.
+	rr := rawRequest(t, gw.addr, "GET /health HTTP/1.1\r\nHost: gw.test\r\n\r\n")
+	if rr.StatusCode != 400 || !strings.Contains(string(rr.body), "https://") {
+		t.Errorf("plain HTTP on the TLS port: %d %s", rr.StatusCode, rr.body)
+	}
+	if !strings.Contains(metricsOf(gw.g), `toron_tls_cert_expiry_timestamp_seconds{cert="`+c1+`"}`) {
+		t.Errorf("no expiry gauge:\n%s", metricsOf(gw.g))
+	}
+}
+
+func metricsOf(g *Gateway) string {
+	var b strings.Builder
+	g.Metrics().WritePrometheus(&b)
+	return b.String()
+}
+
+// Silent TLS clients (connected, no ClientHello) hold no worker: with worker_pool_size 4 and
+// 40 of them open, real clients are served, and the silent ones are closed at
+// handshake_timeout.
+func TestTLSSilentClientsHoldNoWorker(t *testing.T) {
+	pki := newTestPKI(t)
+	_, c1, k1 := pki.issue(t, "gw", "gw.test")
+	up := startUpstream(t, nil)
+	const timeout = 2 * time.Second
+	gw := startGateway(t, "worker_pool_size: 4\n"+tlsServerYAML("handshake_timeout: 2s\n", c1, k1), upstreamRoute("/api", up.addr, ""))
+
+	start := time.Now()
+	silent := make([]net.Conn, 40)
+	for i := range silent {
+		silent[i] = dialRaw(t, gw.addr)
+	}
+	c := httpsClient(pki.pool, "gw.test", false)
+	for i := 0; i < 12; i++ {
+		for _, path := range []string{"/api/x", "/health"} {
+			if code, body, _ := get(t, c, "https://"+gw.addr+path); code != 200 {
+				t.Fatalf("request %d %s during 40 silent handshakes: %d %s", i, path, code, body)
+			}
+		}
+	}
+	served := time.Since(start)
+	var wg sync.WaitGroup
+	closedAt := make([]time.Duration, len(silent))
+	for i, s := range silent {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = s.SetReadDeadline(time.Now().Add(20 * time.Second))
+			_, _ = io.ReadAll(s)
+			closedAt[i] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	for i, d := range closedAt {
+		if d < timeout-200*time.Millisecond || d > timeout+8*time.Second {
+			t.Errorf("silent client %d closed after %v, want about %v", i, d, timeout)
+		}
+	}
+	t.Logf("24 requests served in %v while 40 handshakes were pending", served)
+	if !strings.Contains(metricsOf(gw.g), "toron_tls_handshake_errors_total 40") {
+		t.Errorf("handshake errors not counted:\n%s", metricsOf(gw.g))
+	}
+}
+
+func TestTLSReloadCertificates(t *testing.T) {
+	pki := newTestPKI(t)
+	_, c1, k1 := pki.issue(t, "one", "gw.test")
+	up := startUpstream(t, nil)
+	routes := upstreamRoute("/api", up.addr, "")
+	gw := startGateway(t, tlsServerYAML("", c1, k1), routes)
+	url := "https://" + gw.addr + "/api/x"
+	servedBy := func(c *http.Client) string {
+		t.Helper()
+		code, _, resp := get(t, c, url)
+		if code != 200 {
+			t.Fatalf("status %d", code)
+		}
+		return resp.TLS.PeerCertificates[0].Subject.CommonName
+	}
+	keep := httpsClient(pki.pool, "gw.test", true)
+	defer keep.CloseIdleConnections()
+	if cn := servedBy(keep); cn != "one" {
+		t.Fatalf("served by %q", cn)
+	}
+
+	// A new pair under the same file names, then a reload.
+	_, c2, k2 := pki.issue(t, "two", "gw.test")
+	for _, f := range [][2]string{{c2, c1}, {k2, k1}} {
+		if err := os.Rename(f[0], f[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := gw.g.Reload(loadConfig(t, tlsServerYAML("", c1, k1), routes)); err != nil {
+		t.Fatal(err)
+	}
+	if cn := servedBy(httpsClient(pki.pool, "gw.test", false)); cn != "two" {
+		t.Errorf("new connection after the reload served by %q, want two", cn)
+	}
+	// The keep-alive connection opened before keeps working with its certificate.
+	if cn := servedBy(keep); cn != "one" {
+		t.Errorf("open connection after the reload: %q, want one", cn)
+	}
+
+	// A mismatched pair is refused at load; the reload counts as failed, the old pair serves.
+	_, c3, _ := pki.issue(t, "three", "gw.test")
+	if err := os.Rename(c3, c1); err != nil {
+		t.Fatal(err)
+	}
+	cy := "server:\n  host: 127.0.0.1\n" + indent(tlsServerYAML("", c1, k1), "  ")
+	_, err := conf.LoadBytes("config.yaml", []byte(cy), "routes.yaml", []byte("routes:\n"+routes), nil)
+	if err == nil || !strings.Contains(err.Error(), "server.tls: certs[0]: cert_file "+c1+" and key_file "+k1+" do not load as a pair") {
+		t.Fatalf("mismatched pair: err = %v", err)
+	}
+	gw.g.ReloadFailed()
+	if cn := servedBy(httpsClient(pki.pool, "gw.test", false)); cn != "two" {
+		t.Errorf("after the refused reload served by %q, want two", cn)
+	}
+	if !strings.Contains(metricsOf(gw.g), "toron_config_reload_errors_total 1") {
+		t.Errorf("refused reload not counted")
+	}
+	// TLS cannot be turned off by a reload.
+	if err := gw.g.Reload(loadConfig(t, "", routes)); err == nil || !strings.Contains(err.Error(), "server.tls: cannot change on reload") {
+		t.Errorf("TLS off on reload: err = %v", err)
+	}
+}
+
+func TestTLSMutualClients(t *testing.T) {
+	pki := newTestPKI(t)
+	clients := newTestPKI(t)
+	_, c1, k1 := pki.issue(t, "gw", "gw.test")
+	gw := startGateway(t, tlsServerYAML("client_ca_file: "+clients.caFile+"\n", c1, k1), "")
+	good, _, _ := clients.issue(t, "client")
+	if code, _, _ := get(t, httpsClient(pki.pool, "gw.test", false, good), "https://"+gw.addr+"/health"); code != 200 {
+		t.Errorf("client with a certificate of client_ca_file: %d", code)
+	}
+	stranger, _, _ := pki.issue(t, "stranger")
+	for name, certs := range map[string][]tls.Certificate{"no certificate": nil, "another CA": {stranger}} {
+		if resp, err := httpsClient(pki.pool, "gw.test", false, certs...).Get("https://" + gw.addr + "/health"); err == nil {
+			resp.Body.Close()
+			t.Errorf("%s: accepted with %d", name, resp.StatusCode)
+		}
+	}
+}
+
+// startTLSUpstream serves h (nil: echo) over TLS with cert on loopback.
+func startTLSUpstream(t *testing.T, cert tls.Certificate, h ...http.HandlerFunc) string {
+	t.Helper()
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler := http.HandlerFunc(echoHandler)
+	if len(h) > 0 {
+		handler = h[0]
+	}
+	srv := &http.Server{Handler: handler, ErrorLog: log.New(io.Discard, "", 0)}
+	go func() { _ = srv.Serve(tls.NewListener(raw, &tls.Config{Certificates: []tls.Certificate{cert}})) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	return raw.Addr().String()
+}
+
+func TestUpstreamTLS(t *testing.T) {
+	pki := newTestPKI(t)
+	upCert, _, _ := pki.issue(t, "up", "up.test", "127.0.0.1")
+	addr := startTLSUpstream(t, upCert)
+	route := func(prefix, extra string) string {
+		return fmt.Sprintf("- type: upstream\n  prefix: %s\n  target: https://%s\n%s", prefix, addr, indent(extra, "  "))
+	}
+	routes := route("/ca", "tls_ca_file: "+pki.caFile) +
+		route("/named", "tls_ca_file: "+pki.caFile+"\ntls_server_name: up.test") +
+		route("/wrong", "tls_ca_file: "+pki.caFile+"\ntls_server_name: other.test") +
+		route("/system", "") +
+		route("/insecure", "tls_insecure_skip_verify: true")
+	cfg := loadConfig(t, "", routes)
+	if len(cfg.Warnings) != 1 || !strings.Contains(cfg.Warnings[0], "(/insecure): tls_insecure_skip_verify") {
+		t.Errorf("warnings: %q", cfg.Warnings)
+	}
+	gw := startGateway(t, "", routes)
+	for _, tc := range []struct {
+		path string
+		code int
+		body string
+	}{
+		{"/ca", 200, ""},       // private CA, name = the target's IP
+		{"/named", 200, ""},    // private CA, tls_server_name
+		{"/insecure", 200, ""}, // not verified
+		{"/wrong", 502, `{"error":"502 Bad Gateway: upstream TLS handshake failed"}`},
+		{"/system", 502, `{"error":"502 Bad Gateway: upstream TLS handshake failed"}`},
+	} {
+		rr := rawRequest(t, gw.addr, "GET "+tc.path+"/x HTTP/1.1\r\nHost: gw.test\r\n\r\n")
+		if rr.StatusCode != tc.code || (tc.body != "" && string(rr.body) != tc.body) {
+			t.Errorf("%s: %d %s, want %d %s", tc.path, rr.StatusCode, rr.body, tc.code, tc.body)
+		}
+		if tc.code == 200 && rr.Header.Get("X-Echo-H-X-Forwarded-Proto") != "http" {
+			t.Errorf("%s: X-Forwarded-Proto %q on a plain listener", tc.path, rr.Header.Get("X-Echo-H-X-Forwarded-Proto"))
+		}
+	}
+	// Keep-alive: a second request on the same route reuses the verified connection.
+	for i := 0; i < 3; i++ {
+		if rr := rawRequest(t, gw.addr, "GET /named/again HTTP/1.1\r\nHost: gw.test\r\n\r\n"); rr.StatusCode != 200 {
+			t.Fatalf("reuse %d: %d %s", i, rr.StatusCode, rr.body)
+		}
+	}
+}
+
+// An upstream that accepts TCP and never answers the ClientHello is a 502 within
+// connect_timeout, not a request stuck forever (fasthttp issue #2237).
+func TestUpstreamTLSHandshakeTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	gw := startGateway(t, "", fmt.Sprintf("- type: upstream\n  prefix: /\n  target: https://%s\n  connect_timeout: 1s\n  tls_insecure_skip_verify: true\n", ln.Addr()))
+	start := time.Now()
+	rr := rawRequest(t, gw.addr, "GET / HTTP/1.1\r\nHost: gw.test\r\n\r\n")
+	if d := time.Since(start); rr.StatusCode != 502 || d < 900*time.Millisecond || d > 6*time.Second {
+		t.Errorf("silent TLS upstream: %d %s after %v, want 502 after about 1s", rr.StatusCode, rr.body, d)
+	}
+	if !strings.Contains(string(rr.body), "TLS handshake failed") {
+		t.Errorf("body %s", rr.body)
+	}
+}
+
+// TestTLSSlowReaderWithFullSendBufferCompletes is TestSlowReaderWithFullSendBufferCompletes over
+// TLS: the sliding write window runs below the TLS layer (windowedSocket), where a write blocked
+// past its deadline can go on while the client acknowledges bytes; above it, crypto/tls would
+// have to give up at the first timeout.
+func TestTLSSlowReaderWithFullSendBufferCompletes(t *testing.T) {
+	t.Parallel()
+	pki := newTestPKI(t)
+	_, c1, k1 := pki.issue(t, "gw", "gw.test")
+	up := startUpstream(t, bigHandler)
+	gw := startGateway(t, "write_timeout: 500ms\n"+tlsServerYAML("", c1, k1), upstreamRoute("/", up.addr, ""))
+	const size = 8 << 20
+	raw, err := net.Dial("tcp", gw.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	_ = raw.(*net.TCPConn).SetReadBuffer(64 << 10)
+	c := tls.Client(raw, &tls.Config{RootCAs: pki.pool, ServerName: "gw.test"})
+	fmt.Fprintf(c, "GET /big?size=%d HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", size)
+	// At most 16 KiB every 15 ms, about 1 MB/s: the kernel wakes a blocked write of the
+	// gateway only after much more than a window's worth of that drained.
+	buf := make([]byte, 16<<10)
+	total := 0
+	start := time.Now()
+	for {
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		n, err := c.Read(buf)
+		total += n
+		if err != nil {
+			break
+		}
+		time.Sleep(15 * time.Millisecond)
+	}
+	// The head is a few hundred bytes: a cut body leaves far less than size.
+	if total < size {
+		t.Fatalf("a steady TLS reader (%.0f KB/s) was cut after %d of %d bytes",
+			float64(total)/time.Since(start).Seconds()/1e3, total, size)
+	}
+}
+
+// TestTLSStalledReaderCut: below TLS the window still cuts a client that stops reading.
+func TestTLSStalledReaderCut(t *testing.T) {
+	t.Parallel()
+	pki := newTestPKI(t)
+	_, c1, k1 := pki.issue(t, "gw", "gw.test")
+	up := startUpstream(t, bigHandler)
+	gw := startGateway(t, "write_timeout: 1s\n"+tlsServerYAML("", c1, k1), upstreamRoute("/", up.addr, ""))
+	raw, err := net.Dial("tcp", gw.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	_ = raw.(*net.TCPConn).SetReadBuffer(16 << 10)
+	c := tls.Client(raw, &tls.Config{RootCAs: pki.pool, ServerName: "gw.test"})
+	fmt.Fprintf(c, "GET /big?size=%d HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 64<<20)
+	start := time.Now()
+	for connsOpen(gw.g) != 0 {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("a TLS client that stopped reading still holds its connection after %v", time.Since(start))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if m := metricsOf(gw.g); !strings.Contains(m, `reason="slow_client"} 1`) && !strings.Contains(m, `reason="client_abort"} 1`) {
+		t.Logf("rejects: %s", m)
+	}
+}
+
+func connsOpen(g *Gateway) int64 {
+	if l := g.ln.Load(); l != nil {
+		return l.open.Load()
+	}
+	return -1
+}
+
+// TestTLSSteadyUpstreamReaderBehindFullBufferNotCut is
+// TestSteadyUpstreamReaderBehindFullBufferNotCut with an https:// upstream: the upstream side's
+// write window runs below TLS too.
+func TestTLSSteadyUpstreamReaderBehindFullBufferNotCut(t *testing.T) {
+	t.Parallel()
+	const size = 8 << 20
+	pki := newTestPKI(t)
+	upCert, _, _ := pki.issue(t, "up", "127.0.0.1")
+	addr := startTLSUpstream(t, upCert, func(w http.ResponseWriter, r *http.Request) {
+		buf := make([]byte, 16<<10)
+		n := 0
+		for {
+			m, err := r.Body.Read(buf)
+			n += m
+			if err != nil {
+				break
+			}
+			time.Sleep(15 * time.Millisecond) // at most about 1 MB/s
+		}
+		fmt.Fprint(w, n)
+	})
+	gw := startGateway(t, "", fmt.Sprintf("- type: upstream\n  prefix: /up\n  target: https://%s\n  tls_ca_file: %s\n  max_body_bytes: 64MiB\n  write_timeout: 500ms\n  read_timeout: 30s\n", addr, pki.caFile))
+	resp, err := http.Post("http://"+gw.addr+"/up/x", "application/octet-stream", strings.NewReader(strings.Repeat("s", size)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(b) != fmt.Sprint(size) {
+		t.Fatalf("a steady TLS upstream reader got %d %s, want 200 %d", resp.StatusCode, b, size)
+	}
+}

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"toron/demo"
+)
+
+// trusting returns an HTTPS client that trusts the PEM certificate in certFile.
+func trusting(t *testing.T, certFile string) *http.Client {
+	t.Helper()
+	pem, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		t.Fatalf("%s holds no certificate", certFile)
+	}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: true}}
+}
+
+// servedCert returns the CommonName of the certificate that base's /health was served with.
+func servedCert(t *testing.T, c *http.Client, base string) (string, error) {
+	t.Helper()
+	resp, err := c.Get(base + "/health")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	_, _ = io.ReadAll(resp.Body)
+	return resp.TLS.PeerCertificates[0].SerialNumber.String(), nil
+}
+
+func TestDemoTLSServes(t *testing.T) {
+	port := freePort(t)
+	cmd := exec.Command(binPath, "-demo-tls")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("TORON_SERVER__PORT=%d", port), "TORON_SERVER__DRAIN_DELAY=0s", "TORON_LOG__ACCESS=false")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	certLine := regexp.MustCompile(`curl -s --cacert (\S+) https://127\.0\.0\.1:\d+/api/users`)
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := certLine.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m[1]
+			}
+		}
+		close(found)
+	}()
+	var certFile string
+	select {
+	case certFile = <-found:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no curl --cacert line in the banner")
+	}
+	c := trusting(t, certFile)
+	base := fmt.Sprintf("https://127.0.0.1:%d", port)
+	resp, err := c.Get(base + "/api/users")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"service":"api"`) {
+		t.Errorf("demo over TLS: %d %s", resp.StatusCode, b)
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); exitCode(err) != 0 {
+		t.Errorf("exit: %v", err)
+	}
+	if _, err := os.Stat(filepath.Dir(certFile)); !os.IsNotExist(err) {
+		t.Errorf("the demo certificate's directory outlives the process: %v", err)
+	}
+}
+
+func TestCheckTLS(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, err := demo.WriteSelfSignedCert(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other")
+	if err := os.Mkdir(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_, otherKey, err := demo.WriteSelfSignedCert(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := writeFile(t, dir, "routes.yaml", "routes:\n  - {type: upstream, prefix: /, target: \"https://127.0.0.1:9\", tls_insecure_skip_verify: true}\n")
+	check := func(key string) (int, string, string) {
+		cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  tls:\n    certs:\n      - {cert_file: %q, key_file: %q}\n", certFile, key))
+		cmd := exec.Command(binPath, "-check", "-config", cfg, "-routes", routes)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		return exitCode(cmd.Run()), stdout.String(), stderr.String()
+	}
+	code, out, errOut := check(keyFile)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{`"cert_file": "` + certFile, `"names": [`, `"localhost"`, `"not_after": "`, `"handshake_timeout": "5s"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("-check lacks %s:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(errOut, "warning: routes.yaml") && !strings.Contains(errOut, "tls_insecure_skip_verify") {
+		t.Errorf("no insecure-skip warning on stderr: %q", errOut)
+	}
+	code, _, errOut = check(otherKey)
+	if code != 2 || !strings.Contains(errOut, "server.tls: certs[0]: cert_file "+certFile+" and key_file "+otherKey+" do not load as a pair") {
+		t.Errorf("mismatched pair: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// SIGHUP re-reads the certificate files: a new pair serves new connections; a mismatched pair
+// is refused, logged and counted, and the pair in force keeps serving.
+func TestTLSReloadOnSIGHUP(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, err := demo.WriteSelfSignedCert(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\n  tls:\n    certs:\n      - {cert_file: %q, key_file: %q}\nlog:\n  access: false\n", port, certFile, keyFile))
+	routes := writeFile(t, dir, "routes.yaml", "routes: []\n")
+	cmd := exec.Command(binPath, "-config", cfg, "-routes", routes)
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	base := fmt.Sprintf("https://127.0.0.1:%d", port)
+	first := trusting(t, certFile) // the first certificate, as the client knows it
+	var serial1 string
+	deadline := time.Now().Add(10 * time.Second)
+	for serial1 == "" {
+		if serial1, err = servedCert(t, first, base); err != nil && time.Now().After(deadline) {
+			t.Fatalf("never served over TLS: %v\n%s", err, stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// A new pair in place, then SIGHUP: new connections get it.
+	next := filepath.Join(dir, "next")
+	if err := os.Mkdir(next, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c2, k2, err := demo.WriteSelfSignedCert(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, _ := os.ReadFile(c2)
+	if err := os.Rename(k2, keyFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(c2, certFile); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Process.Signal(syscall.SIGHUP)
+	withSecond := trusting(t, writeFile(t, next, "trust.pem", string(second)))
+	var serial2 string
+	for deadline = time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if s, err := servedCert(t, withSecond, base); err == nil && s != serial1 {
+			serial2 = s
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the new pair is not served after SIGHUP:\n%s", stderr.String())
+		}
+	}
+
+	// A mismatched pair: the key of yet another certificate.
+	third := filepath.Join(dir, "third")
+	if err := os.Mkdir(third, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_, k3, err := demo.WriteSelfSignedCert(third)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(k3, keyFile); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Process.Signal(syscall.SIGHUP)
+	for deadline = time.Now().Add(10 * time.Second); !strings.Contains(stderr.String(), "reload refused"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the mismatched pair was not refused:\n%s", stderr.String())
+		}
+	}
+	if !strings.Contains(stderr.String(), "do not load as a pair") {
+		t.Errorf("the refusal does not say why:\n%s", stderr.String())
+	}
+	if s, err := servedCert(t, withSecond, base); err != nil || s != serial2 {
+		t.Errorf("after the refused reload: serial %s, %v; want the second pair %s", s, err, serial2)
+	}
+	resp, err := withSecond.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"toron_config_reloads_total 1", "toron_config_reload_errors_total 1", `toron_tls_cert_expiry_timestamp_seconds{cert="` + certFile + `"}`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); exitCode(err) != 0 {
+		t.Errorf("exit: %v", err)
+	}
+}
+
+// TestWatchCertificateChangeReloads: with -watch, a certificate pair replaced in place (its
+// directory is watched, like the config's) is served to new connections without a SIGHUP.
+func TestWatchCertificateChangeReloads(t *testing.T) {
+	dir := t.TempDir()
+	tlsDir := filepath.Join(dir, "tls") // a directory of its own: watched because a cert is in it
+	if err := os.Mkdir(tlsDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, err := demo.WriteSelfSignedCert(tlsDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\n  tls:\n    certs:\n      - {cert_file: %q, key_file: %q}\nlog:\n  access: false\n", port, certFile, keyFile))
+	routes := writeFile(t, dir, "routes.yaml", "routes: []\n")
+	cmd := exec.Command(binPath, "-watch", "-config", cfg, "-routes", routes)
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	base := fmt.Sprintf("https://127.0.0.1:%d", port)
+	first := trusting(t, certFile)
+	var serial1 string
+	deadline := time.Now().Add(10 * time.Second)
+	for serial1 == "" {
+		if serial1, err = servedCert(t, first, base); err != nil && time.Now().After(deadline) {
+			t.Fatalf("never served over TLS: %v\n%s", err, stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	next := filepath.Join(dir, "next")
+	if err := os.Mkdir(next, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c2, k2, err := demo.WriteSelfSignedCert(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, _ := os.ReadFile(c2)
+	// Key first, then the certificate: the watch waits for the writes to settle.
+	if err := os.Rename(k2, keyFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(c2, certFile); err != nil {
+		t.Fatal(err)
+	}
+	withSecond := trusting(t, writeFile(t, next, "trust.pem", string(second)))
+	for deadline = time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if s, err := servedCert(t, withSecond, base); err == nil && s != serial1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the new pair is not served after the files changed under -watch:\n%s", stderr.String())
+		}
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+}
