@@ -190,12 +190,7 @@ func (x *exchange) finish() {
 		x.upPool.release()
 	}
 	x.upPool = nil
-	if t := x.upTarget; t != nil {
-		// SPEC 13 judges a target by its response head: an upstream that aborts mid-body
-		// after a 200 head is a success, a 502, 503 or 504 head a failure.
-		x.upTarget = nil
-		t.Done(up.OutcomeOf(x.upStatus), x.upStatus)
-	}
+	x.doneTarget()
 	x.ws.release(x)
 	if x.holdsWorker {
 		x.holdsWorker = false
@@ -226,6 +221,17 @@ func (x *exchange) finish() {
 	st.bodyOut.Add(int(x.bytesOut))
 	if g.access.Load() {
 		g.logAccess(x)
+	}
+}
+
+// doneTarget gives the target that served the request its outcome, once (SPEC 13 judges a
+// target by its response head: an upstream that aborts mid-body after a 200 head is a success,
+// a 502, 503 or 504 head a failure). A tunnel calls it when it ends: it counts in its target's
+// in-flight requests while it is open.
+func (x *exchange) doneTarget() {
+	if t := x.upTarget; t != nil {
+		x.upTarget = nil
+		t.Done(up.OutcomeOf(x.upStatus), x.upStatus)
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 // route reaches a target (the shared *up.Resolver's Dial: DNS at dial time, cached at
 // most 30 s), used by the checks as by requests; upstreamTLS is the route's upstream TLS
 // settings for https:// targets, nil for http://. onEvent logs the health changes (see
-// logUpstreamEvent). Not wired yet: the request path calls it when it builds a route's Set.
+// logUpstreamEvent). buildSnapshot calls it for every route it builds a Set for.
 func upstreamConfig(r *conf.Route, set *metrics.Set, dial up.DialFunc, upstreamTLS *tls.Config, onEvent func(up.Event)) up.Config {
 	e := &r.Effective
 	cfg := up.Config{

@@ -30,9 +30,9 @@ import (
 // body or lacks a Sec-WebSocket-* header is a 400 (RFC 6455 4.2.1); one on a route without
 // websocket: true a 501.
 //
-// Handshake (the handler, holding its worker): the request goes upstream on a new connection
-// Toron dials itself and never pools (fasthttp's HostClient owns and pools its connections,
-// SPEC 12), with Upgrade, Connection: Upgrade and Sec-WebSocket-* kept and X-Forwarded-* set by
+// Handshake (the handler, holding its worker): the request goes to the target the route's
+// balancer picks, on a new connection that is never pooled (a connection that becomes a tunnel
+// can never carry another request), with Upgrade, Connection: Upgrade and Sec-WebSocket-* kept and X-Forwarded-* set by
 // prepareRequest, like any forwarded request. Only the upstream's own 101 with Upgrade:
 // websocket opens the tunnel; any other answer is relayed as an ordinary response and the
 // upstream connection closed.
@@ -500,6 +500,7 @@ func (tr *tunnelRegistry) open(x *exchange) *liveTunnel {
 	if closed {
 		_ = t.up.Close()
 		t.stats.slots.Release()
+		x.doneTarget()
 		return nil
 	}
 	return t
@@ -527,6 +528,7 @@ func (tr *tunnelRegistry) end(t *liveTunnel) {
 	tr.mu.Unlock()
 	tr.count.Add(-1)
 	x := t.x
+	x.doneTarget()
 	x.bytesIn = t.t.ToUpstream()
 	x.bytesOut = t.t.ToClient() + t.early
 	if tr.g.access.Load() {
@@ -580,5 +582,7 @@ func (g *Gateway) logTunnel(x *exchange, err error) {
 		zap.Duration("upstream_header_wait", x.headerWait),
 		zap.String("tunnel_end", end),
 		zap.String("remote", x.conn.RemoteAddr().String()),
+		zap.String("target", x.upAddr),
+		zap.String("client_ip", x.clientIPOf().String()),
 	)
 }

@@ -429,8 +429,15 @@ func TestTunnelEndsEveryWay(t *testing.T) {
 			t.Fatal(resp.StatusCode)
 		}
 		waitTunnels(t, tg.g, 1)
+		inflight := fmt.Sprintf(`toron_upstream_inflight{route="/ws",target=%q}`, up.addr)
+		if v := metricLine(tg.g, inflight); v != "1" {
+			t.Errorf("%s = %q while the tunnel is open, want 1 (a tunnel is load on its target)", inflight, v)
+		}
 		c.Close()
 		waitTunnels(t, tg.g, 0)
+		if v := metricLine(tg.g, inflight); v != "0" {
+			t.Errorf("%s = %q after the tunnel ended, want 0", inflight, v)
+		}
 		goleak.VerifyNone(t, base...) // the upstream's echo goroutine saw the close too
 	})
 	t.Run("upstream close", func(t *testing.T) {

@@ -6,7 +6,7 @@
 // # Wiring a request (SPEC 3 step 9, SPEC 13)
 //
 // One request, with retries on another target for failures that sent nothing. clientIP is the
-// client's address bytes (fasthttp's ctx.RemoteIP() until SPEC 16's trusted proxies), read by
+// client's address bytes (the client IP of SPEC 16: the peer, or what trusted proxies vouch for), read by
 // client_ip_hash only:
 //
 //	var tried [upstream.MaxRetries + 1]*upstream.Target // on the stack: Pick does not allocate
