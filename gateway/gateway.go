@@ -6,6 +6,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strconv"
@@ -80,6 +81,8 @@ type route struct {
 	// host is the Host of a request that came without one (HTTP/1.0): the first target's
 	// host:port, as nginx's proxy_pass names its upstream.
 	host string
+	// tls is the route's upstream TLS configuration (upstreamtls.go), nil for http targets.
+	tls *tls.Config
 	// rl is the route's rate_limit, nil without one (ratelimit.go).
 	rl *routeRateLimit
 
@@ -207,17 +210,20 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, er
 		if o := old[rc.Name]; o != nil {
 			prevSet = o.set
 		}
-		checkTLS, err := upstreamTLSConfig(rc)
+		tlsCfg, err := upstreamTLSConfig(rc)
 		if err != nil {
 			return nil, err
+		}
+		// The checks verify each target under its own host unless tls_server_name names one
+		// (package upstream fills an empty ServerName with the target's host).
+		var checkTLS *tls.Config
+		if tlsCfg != nil {
+			checkTLS = tlsCfg.Clone()
+			checkTLS.ServerName = rc.TLSServerName
 		}
 		set, err := up.NewSet(upstreamConfig(rc, g.set, g.resolver.Dial, checkTLS, g.onUpstreamEvent), prevSet)
 		if err != nil {
 			return nil, fmt.Errorf("gateway: route %q: %w", rc.Name, err)
-		}
-		tlsCfg, err := upstreamTLSConfig(rc)
-		if err != nil {
-			return nil, err
 		}
 		for _, t := range set.Targets() {
 			pp := poolParamsOf(rc, &cfg.Server, t.Addr(), targetTLS(tlsCfg, rc, t.Addr()))
@@ -236,6 +242,7 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, er
 		rt := &route{name: rc.Name, eff: rc.Effective, stats: st, set: set, conf: rc, server: &cfg.Server, host: set.Targets()[0].Addr()}
 		rt.rl = g.rateLimitOf(rc, st)
 		rt.rw, rt.tun = newRewrite(rc), g.tunnels.stats(rc)
+		rt.tls = tlsCfg
 		snap.routes = append(snap.routes, rt)
 		entries[i] = tableEntry{Host: rc.Host, Prefix: rc.Prefix, Methods: rc.Methods}
 	}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -513,5 +514,64 @@ func TestTLSSteadyUpstreamReaderBehindFullBufferNotCut(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 200 || string(b) != fmt.Sprint(size) {
 		t.Fatalf("a steady TLS upstream reader got %d %s, want 200 %d", resp.StatusCode, b, size)
+	}
+}
+
+// TestTunnelOverUpstreamTLS: a WebSocket upgrade to an https:// target goes through the route's
+// TLS settings (a private CA, tls_server_name), like any request: a 101 and an echo with the
+// right name, the TLS 502 with a wrong one.
+func TestTunnelOverUpstreamTLS(t *testing.T) {
+	pki := newTestPKI(t)
+	cert, _, _ := pki.issue(t, "ws", "ws.test")
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				br := bufio.NewReader(c)
+				head, err := readHead(br)
+				if err != nil {
+					return
+				}
+				wsEcho(c, br, head)
+			}()
+		}
+	}()
+	addr := ln.Addr().String()
+	route := func(prefix, name string) string {
+		return fmt.Sprintf("- type: upstream\n  prefix: %s\n  target: https://%s\n  websocket: true\n  tls_ca_file: %s\n  tls_server_name: %s\n", prefix, addr, pki.caFile, name)
+	}
+	gw := startGateway(t, "", route("/ws", "ws.test")+route("/wrong", "other.test"))
+	c, br, resp := openTunnel(t, gw.addr, upgradeRequest("/ws"))
+	if resp.StatusCode != 101 {
+		t.Fatalf("upgrade over upstream TLS: %d", resp.StatusCode)
+	}
+	if _, err := io.WriteString(c, "ping"); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 4)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(br, b); err != nil || string(b) != "ping" {
+		t.Fatalf("echo through the TLS tunnel: %q %v", b, err)
+	}
+	c.Close()
+	_, br2, resp2 := openTunnel(t, gw.addr, upgradeRequest("/wrong"))
+	body, _ := io.ReadAll(br2)
+	if resp2.StatusCode != 502 || !strings.Contains(string(body), "TLS handshake") {
+		t.Errorf("wrong server name: %d %s, want the TLS handshake 502", resp2.StatusCode, body)
 	}
 }

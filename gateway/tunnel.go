@@ -3,10 +3,8 @@ package gateway
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"errors"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -210,7 +208,7 @@ func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) 
 	ip := x.clientIPOf().As16()
 	x.upTarget = r.set.Pick(ip[:])
 	x.upAddr, x.upStatus = x.upTarget.Addr(), fasthttp.StatusBadGateway
-	up, err := r.dialTunnel(x.upAddr)
+	up, err := g.dialTunnel(r, x.upAddr)
 	if err != nil {
 		g.writeRejection(ctx, x, upstreamRejection(err))
 		x.finish()
@@ -334,27 +332,21 @@ func appendHeaderLine(dst, k, v []byte) []byte {
 	return append(dst, '\r', '\n')
 }
 
-// dialTunnel opens the tunnel's own upstream connection within connect_timeout, with TLS for
-// an https:// target (verified against the system roots; the route's TLS settings, SPEC 14,
-// belong to the upstream side and should be applied here too).
-func (r *route) dialTunnel(addr string) (net.Conn, error) {
-	d := net.Dialer{Timeout: r.eff.ConnectTimeout}
-	c, err := d.Dial("tcp", addr)
+// dialTunnel opens the tunnel's own upstream connection to the target addr, as the target's
+// pool dials (DNS through the gateway's resolver, the route's TLS settings for an https target
+// under the target's own name, the handshake inside connect_timeout), but never pooled.
+func (g *Gateway) dialTunnel(r *route, addr string) (net.Conn, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), r.eff.ConnectTimeout)
+	defer cancel()
+	c, err := g.resolver.Dial(ctx, addr)
 	if err != nil {
 		return nil, &dialError{err: err}
 	}
-	if !strings.HasPrefix(r.conf.Target, "https://") {
+	if r.tls == nil {
 		return c, nil
 	}
-	host, _, _ := net.SplitHostPort(addr)
-	tc := tls.Client(c, &tls.Config{ServerName: host, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
-	ctx, cancel := context.WithTimeout(context.Background(), r.eff.ConnectTimeout)
-	defer cancel()
-	if err := tc.HandshakeContext(ctx); err != nil {
-		_ = c.Close()
-		return nil, &dialError{err: err}
-	}
-	return tc, nil
+	return upstreamHandshake(c, targetTLS(r.tls, r.conf, addr), start.Add(r.eff.ConnectTimeout))
 }
 
 // runTunnel is the hijack handler: it sends the 101 (and the upstream bytes behind it), hands

@@ -49,10 +49,7 @@ func upstreamTLSConfig(r *conf.Route) (*tls.Config, error) {
 
 // upstreamHandshake runs the client handshake on a freshly dialled connection, bounded by
 // deadline (the dial's start plus connect_timeout: SPEC 14 counts the handshake against
-// connect_timeout). fasthttp would run it itself without a bound when its WriteTimeout is 0
-// (fasthttp issue #2237), so the gateway does it in its Dial and fasthttp's HostClient is
-// told nothing of TLS (IsTLS false: the connection it gets already speaks it). On error the
-// connection is closed.
+// connect_timeout), for a target's pool and a tunnel alike. On error the connection is closed.
 //
 // The TLS layer sits on a windowedSocket: attachWriteWindow then puts the upstream
 // connection's sliding write window below TLS, where a write blocked past its deadline can be
