@@ -110,9 +110,7 @@ func (g *Gateway) exchangeOn(x *exchange, p *upstreamPool, req *fasthttp.Request
 		if err == nil {
 			sentAt = time.Now()
 			if err = c.forwarded(sentAt); err == nil {
-				if err = c.awaitResponse(); err == nil {
-					err = readResponseHead(c, resp, req.Header.IsHead())
-				}
+				err = readResponseHead(c, resp, req.Header.IsHead())
 			}
 		}
 		if err == nil {

@@ -218,9 +218,9 @@ func TestKeepAliveReusesConnection(t *testing.T) {
 	}
 }
 
-// TestIdleDeadlineDuringLongUpload: a reused connection's idle deadline (upstream_idle_timeout)
-// that passes while the connection carries a long upload is not mistaken for the upstream's
-// silence: the response is read under the header deadline armed after the body.
+// TestIdleDeadlineDuringLongUpload: a reused connection that carries an upload longer than
+// upstream_idle_timeout is not cut by the idle timeout (it applies only while the connection
+// waits in the pool): the response is read under the header deadline armed after the body.
 func TestIdleDeadlineDuringLongUpload(t *testing.T) {
 	addr := startScriptedUpstream(t, func(c net.Conn, br *bufio.Reader) {
 		for {
@@ -246,5 +246,35 @@ func TestIdleDeadlineDuringLongUpload(t *testing.T) {
 	resp := readRawResponse(t, c, "POST")
 	if resp.StatusCode != 200 || string(resp.body) != "30000" {
 		t.Fatalf("long upload on a reused connection: %d %q", resp.StatusCode, resp.body)
+	}
+}
+
+// TestIdleConnectionsClosedAfterIdleTimeout: a pooled connection that waits longer than
+// upstream_idle_timeout is closed by the pool (its sweep), without any further request.
+func TestIdleConnectionsClosedAfterIdleTimeout(t *testing.T) {
+	closed := make(chan struct{}, 1)
+	addr := startScriptedUpstream(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				closed <- struct{}{}
+				return
+			}
+			_, _ = io.Copy(io.Discard, req.Body)
+			answer(c, "ok")
+		}
+	})
+	gw := startGateway(t, "upstream_idle_timeout: 1s\n", upstreamRoute("/", addr, ""))
+	if resp := rawRequest(t, gw.addr, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	start := time.Now()
+	select {
+	case <-closed:
+		if d := time.Since(start); d < 900*time.Millisecond {
+			t.Errorf("the idle connection was closed after %s, before upstream_idle_timeout", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the idle upstream connection was not closed after upstream_idle_timeout")
 	}
 }

@@ -18,13 +18,13 @@ import (
 // upstreamPool holds one target's upstream connections (SPEC 13: each target of a route has
 // its own pool, attached to it by package upstream): at most max_upstream_conns lent at once
 // (slots), the idle ones in a stack, so that the most recently used connection is lent first
-// and the others run out their idle time (their read loop closes them at upstream_idle_timeout).
+// and the others run out their idle time (sweepIdle closes them after upstream_idle_timeout).
 //
 // A connection is checked when it is lent, before any body byte is read from the client: one
-// that the upstream closed while idle, or that received bytes nobody asked for, is dead by then
-// (upstreamConn.readLoop) and the request dials anew. A request with a body is never replayed
-// (SPEC 3 step 9), so this check is what keeps a POST after an upstream's keep-alive timeout
-// from failing with a 502.
+// that the upstream closed while idle, or that received bytes nobody asked for, is found by a
+// non-blocking peek (upstreamConn.lend) and closed, and the request dials anew. A request with
+// a body is never replayed (SPEC 3 step 9), so this check is what keeps a POST after an
+// upstream's keep-alive timeout from failing with a 502.
 type upstreamPool struct {
 	params poolParams
 	slots  *limits.WorkerPool
@@ -34,8 +34,9 @@ type upstreamPool struct {
 	to   upstreamTimeouts
 
 	mu      sync.Mutex
-	idle    []*upstreamConn
+	idle    []*upstreamConn // the oldest at the bottom, lent from the top
 	retired bool
+	sweep   *time.Timer // closes expired idle connections (sweepIdle); nil while none is idle
 }
 
 // poolParams are the settings a pool is built from. A reload that keeps a target with the same
@@ -111,9 +112,11 @@ func (p *upstreamPool) conn() (*upstreamConn, bool, error) {
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		if c.lend() {
+		if c.lend(time.Now()) {
 			return c, true, nil
 		}
+		// Idle too long, or the upstream closed it or sent bytes nobody asked for.
+		c.kill()
 	}
 	c, err := p.dialConn()
 	return c, false, err
@@ -143,10 +146,11 @@ func (p *upstreamPool) dialConn() (*upstreamConn, error) {
 // put takes a connection back once its response was read to the end. One that cannot be
 // reused (reusable false, bytes beyond the response, a pool retired by a reload) is closed.
 func (p *upstreamPool) put(c *upstreamConn, reusable bool) {
+	now := time.Now()
 	p.mu.Lock()
 	keep := reusable && !p.retired
 	p.mu.Unlock()
-	if !keep || !c.idle() {
+	if !keep || !c.idle(now) {
 		c.kill()
 		return
 	}
@@ -157,22 +161,40 @@ func (p *upstreamPool) put(c *upstreamConn, reusable bool) {
 		return
 	}
 	p.idle = append(p.idle, c)
+	if p.sweep == nil && p.to.idle > 0 {
+		p.sweep = time.AfterFunc(p.to.idle, p.sweepIdle)
+	}
 	p.mu.Unlock()
 }
 
-// forget drops a connection its read loop found dead from the idle stack, so that the stack
-// holds only connections that can still be lent.
-func (p *upstreamPool) forget(c *upstreamConn) {
+// sweepIdle closes the connections that sat idle longer than upstream_idle_timeout (the oldest
+// are at the bottom of the stack), and runs again while connections stay idle. It is a timer,
+// not a goroutine: nothing waits while the pool is empty.
+func (p *upstreamPool) sweepIdle() {
+	now := time.Now()
+	var expired []*upstreamConn
 	p.mu.Lock()
-	for i, ic := range p.idle {
-		if ic == c {
-			copy(p.idle[i:], p.idle[i+1:])
-			p.idle[len(p.idle)-1] = nil
-			p.idle = p.idle[:len(p.idle)-1]
-			break
-		}
+	n := 0
+	for n < len(p.idle) && now.Sub(p.idle[n].idleSince) > p.to.idle {
+		n++
+	}
+	expired = append(expired, p.idle[:n]...)
+	copy(p.idle, p.idle[n:])
+	for i := len(p.idle) - n; i < len(p.idle); i++ {
+		p.idle[i] = nil
+	}
+	p.idle = p.idle[:len(p.idle)-n]
+	p.sweep = nil
+	if len(p.idle) > 0 && !p.retired {
+		next := p.to.idle - now.Sub(p.idle[0].idleSince)
+		p.sweep = time.AfterFunc(max(next, 10*time.Millisecond), p.sweepIdle)
 	}
 	p.mu.Unlock()
+	for _, c := range expired {
+		if c.state.CompareAndSwap(connIdle, connLent) {
+			c.kill()
+		}
+	}
 }
 
 // retire closes the idle connections and makes the pool close those still lent when they come
@@ -180,6 +202,10 @@ func (p *upstreamPool) forget(c *upstreamConn) {
 func (p *upstreamPool) retire() {
 	p.mu.Lock()
 	p.retired = true
+	if p.sweep != nil {
+		p.sweep.Stop()
+		p.sweep = nil
+	}
 	p.mu.Unlock()
 	p.closeIdle()
 }

@@ -241,7 +241,7 @@ func startOneShotUpstream(t *testing.T, hold func()) (addr string, served func()
 // TestStaleKeepAliveRetried: a reused keep-alive connection whose first write fails (nothing of
 // the request reached the upstream) is replaced once by a new connection, and the request is
 // answered, sent exactly once. The idle connection's write side is shut down under the pool,
-// which its read loop cannot see: only the retry rule of SPEC 3 step 9 saves the request.
+// which the lend-time peek cannot see: only the retry rule of SPEC 3 step 9 saves the request.
 func TestStaleKeepAliveRetried(t *testing.T) {
 	var served atomic.Int64
 	done := make(chan struct{})
@@ -294,22 +294,10 @@ func TestStaleConnCheckedBeforeBody(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("warm-up status %d", resp.StatusCode)
 	}
-	// The upstream closed the idle connection: its read loop finds the FIN and takes it out of
-	// the pool (upstream.go) before any request can be lent it.
-	p := poolOf(gw.g.snap.Load().routes[0].set.Targets()[0])
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		p.mu.Lock()
-		n := len(p.idle)
-		p.mu.Unlock()
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the closed idle connection stayed in the pool")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	// The upstream's FIN has arrived: the gateway's end of the idle connection is in CLOSE_WAIT.
+	// The pool finds it when it lends the connection (a non-blocking peek), before the body.
+	up := portOf(t, addr)
+	waitSocket(t, "the upstream's FIN", func(st, _, rp int, _ int64) bool { return st == tcpCloseWait && rp == up })
 	resp = rawRequest(t, gw.addr, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello")
 	if resp.StatusCode != 200 {
 		t.Fatalf("POST after the upstream closed the idle connection: status %d %s", resp.StatusCode, resp.body)
