@@ -192,18 +192,7 @@ func (x *exchange) finish() {
 	x.upPool = nil
 	x.doneTarget()
 	x.ws.release(x)
-	if x.holdsWorker {
-		x.holdsWorker = false
-		g.workers.Release()
-	}
-	if x.holdsBudget {
-		x.holdsBudget = false
-		g.budget.Release()
-	}
-	if x.holdsRoute {
-		x.holdsRoute = false
-		x.route.stats.bulkhead.Release()
-	}
+	x.releaseAdmission()
 	st := x.stats
 	if x.local != localNone {
 		return
@@ -221,6 +210,25 @@ func (x *exchange) finish() {
 	st.bodyOut.Add(int(x.bytesOut))
 	if g.access.Load() {
 		g.logAccess(x)
+	}
+}
+
+// releaseAdmission gives back the slots taken at admission (SPEC 3 step 11): the worker, the
+// elevated budget and the route's bulkhead, each once. finish calls it, and so does a tunnel
+// once its 101 is sent (an open tunnel holds none of them, SPEC 15).
+func (x *exchange) releaseAdmission() {
+	g := x.g
+	if x.holdsWorker {
+		x.holdsWorker = false
+		g.workers.Release()
+	}
+	if x.holdsBudget {
+		x.holdsBudget = false
+		g.budget.Release()
+	}
+	if x.holdsRoute {
+		x.holdsRoute = false
+		x.route.stats.bulkhead.Release()
 	}
 }
 

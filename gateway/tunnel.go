@@ -460,19 +460,7 @@ func (tr *tunnelRegistry) open(x *exchange) *liveTunnel {
 	if !x.active.CompareAndSwap(true, false) {
 		panic("BUG: gateway: tunnel opened for a finished exchange")
 	}
-	g := tr.g
-	if x.holdsWorker {
-		x.holdsWorker = false
-		g.workers.Release()
-	}
-	if x.holdsBudget {
-		x.holdsBudget = false
-		g.budget.Release()
-	}
-	if x.holdsRoute {
-		x.holdsRoute = false
-		x.route.stats.bulkhead.Release()
-	}
+	x.releaseAdmission()
 	st := x.stats
 	st.codeCounter(x.status).Inc()
 	st.duration.UpdateDuration(x.start)
