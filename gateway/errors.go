@@ -107,7 +107,7 @@ func upstreamRejection(err error) *rejection {
 		// before the dialer saw it complete (seen under load).
 		return rejUpstreamReset
 	case errors.Is(err, fasthttp.ErrConnectionClosed), errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.EPIPE), errors.Is(err, errStaleConn), errors.Is(err, net.ErrClosed),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed),
 		// The connection ended inside the response headers.
 		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return rejUpstreamReset

@@ -121,7 +121,7 @@ func (g *Gateway) exchangeOn(x *exchange, p *upstreamPool, req *fasthttp.Request
 		}
 		x.upConn = nil
 		c.kill()
-		if reused && !retried && c.written == 0 && !c.aborted.Load() {
+		if reused && !retried && c.written == 0 && c.socketWritten == 0 && !c.aborted.Load() {
 			continue
 		}
 		return time.Time{}, err

@@ -131,13 +131,40 @@ type windowedSocket struct {
 	win *timeouts.Window // nil until attached: plain writes (the handshake's)
 	// interrupted is writeInWindow's: an upstream connection's abort flag, nil for a client.
 	interrupted *atomic.Bool
+	// written, when set, counts the bytes the socket took (countSocketWrites).
+	written *int64
 }
 
-func (s *windowedSocket) Write(p []byte) (int, error) {
+func (s *windowedSocket) Write(p []byte) (n int, err error) {
 	if s.win == nil {
-		return s.Conn.Write(p)
+		n, err = s.Conn.Write(p)
+	} else {
+		n, err = writeInWindow(s.Conn, s.win, p, s.interrupted)
 	}
-	return writeInWindow(s.Conn, s.win, p, s.interrupted)
+	if s.written != nil {
+		*s.written += int64(n)
+	}
+	return n, err
+}
+
+// countSocketWrites makes the windowedSocket below c, if there is one, count the bytes it
+// writes into n: the only count of what reached the socket once TLS frames the writes.
+func countSocketWrites(c net.Conn, n *int64) {
+	for {
+		if ws, ok := c.(*windowedSocket); ok {
+			ws.written = n
+			return
+		}
+		inner, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return
+		}
+		next := inner.NetConn()
+		if next == nil || next == c {
+			return
+		}
+		c = next
+	}
 }
 
 // NetConn returns the socket, for rawConn.

@@ -575,3 +575,59 @@ func TestTunnelOverUpstreamTLS(t *testing.T) {
 		t.Errorf("wrong server name: %d %s, want the TLS handshake 502", resp2.StatusCode, body)
 	}
 }
+
+// TestTLSBytesPastResponseDoNotPoison: over TLS, bytes an upstream sends past its response in a
+// record of their own can sit inside crypto/tls (read off the socket with the response's
+// record), where neither the connection's reader nor the peek at the socket sees them. They
+// must not become the next client's answer either.
+func TestTLSBytesPastResponseDoNotPoison(t *testing.T) {
+	pki := newTestPKI(t)
+	cert, _, _ := pki.issue(t, "up", "up.test")
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					if req.URL.Path == "/first" {
+						// Two writes, two TLS records, sent back to back.
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nPWNED!")
+						continue
+					}
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond")
+				}
+			}()
+		}
+	}()
+	route := fmt.Sprintf("- type: upstream\n  prefix: /\n  target: https://%s\n  tls_ca_file: %s\n  tls_server_name: up.test\n  max_upstream_conns: 1\n", ln.Addr(), pki.caFile)
+	gw := startGateway(t, "", route)
+	for i := 0; i < 5; i++ {
+		if resp := rawRequest(t, gw.addr, "GET /first HTTP/1.1\r\nHost: a\r\n\r\n"); string(resp.body) != "hello" {
+			t.Fatalf("first: %d %q", resp.StatusCode, resp.body)
+		}
+		time.Sleep(15 * time.Millisecond)
+		if resp := rawRequest(t, gw.addr, "GET /second HTTP/1.1\r\nHost: b\r\n\r\n"); resp.StatusCode != 200 || string(resp.body) != "second" {
+			t.Fatalf("round %d: the next client got %d %q: the stray bytes", i, resp.StatusCode, resp.body)
+		}
+	}
+}

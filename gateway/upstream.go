@@ -16,9 +16,6 @@ import (
 const upstreamReadBufferSize = 16 << 10
 
 var (
-	// errStaleConn: a reused keep-alive connection was found closed by the upstream before any
-	// byte of the request was written, so the request cannot have reached the upstream.
-	errStaleConn = errors.New("gateway: reused upstream connection was closed by the upstream")
 	// errClientLeft ends an upstream exchange whose client closed its connection meanwhile.
 	errClientLeft = errors.New("gateway: client closed the connection while the upstream was working")
 )
@@ -90,10 +87,16 @@ type upstreamConn struct {
 
 	// requests counts the requests lent this connection; written counts the bytes of the
 	// current request that reached the socket (the retry rule of SPEC 3 step 9).
-	requests     int
-	written      int64
-	readDeadline time.Time
-	writeWin     timeouts.Window
+	requests int
+	written  int64
+	// socketWritten counts the bytes the socket below TLS took for the current request (the
+	// windowedSocket counts them): tls.Conn.Write reports only whole records, so a record cut
+	// short by a failed write would otherwise look like nothing written. isTLS says the
+	// connection speaks TLS.
+	socketWritten int64
+	isTLS         bool
+	readDeadline  time.Time
+	writeWin      timeouts.Window
 	// windowBelow: writeWin is applied below TLS, by the socket (tls.go, windowedSocket): a
 	// write timeout corrupts a TLS connection, so the window must judge the socket's writes.
 	windowBelow bool
@@ -103,6 +106,9 @@ func newUpstreamConn(c net.Conn, p *upstreamPool) *upstreamConn {
 	uc := &upstreamConn{Conn: c, pool: p, to: &p.to}
 	uc.br = bufio.NewReaderSize(uc, upstreamReadBufferSize)
 	uc.windowBelow = attachWriteWindow(c, &uc.writeWin, &uc.aborted)
+	if uc.isTLS = isTLSConn(c); uc.isTLS {
+		countSocketWrites(c, &uc.socketWritten)
+	}
 	uc.state.Store(connLent)
 	return uc
 }
@@ -182,6 +188,7 @@ func (c *upstreamConn) lend(now time.Time) bool {
 func (c *upstreamConn) begin() {
 	c.requests++
 	c.written = 0
+	c.socketWritten = 0
 	c.slide.Store(false)
 	c.writeWin.Carry(c.to.write, 0) // the write deadline armed for the last request is kept when it still fits
 }
@@ -201,10 +208,27 @@ func (c *upstreamConn) idle(now time.Time) bool {
 	if c.br.Buffered() > 0 || c.aborted.Load() {
 		return false
 	}
+	if c.isTLS && !c.tlsDrained() {
+		return false
+	}
 	c.slide.Store(false)
 	c.idleSince = now
 	c.state.Store(connIdle)
 	return true
+}
+
+// tlsDrained reports whether crypto/tls holds nothing of the upstream's beyond the response:
+// it may have pulled more records off the socket than the response needed, where neither br
+// nor the lend-time peek at the socket can see them. A read under a deadline already past
+// returns what tls.Conn holds, or a timeout without a system call (Go checks the deadline
+// before reading the socket; a read timeout leaves a TLS connection usable).
+func (c *upstreamConn) tlsDrained() bool {
+	if err := c.Conn.SetReadDeadline(time.Unix(1, 0)); err != nil {
+		return false
+	}
+	var one [1]byte
+	n, err := c.Conn.Read(one[:])
+	return n == 0 && isTimeout(err)
 }
 
 // kill closes a connection whose owner (the request it is lent to, or the pool) gives it up.
