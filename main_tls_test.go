@@ -137,61 +137,87 @@ func TestCheckTLS(t *testing.T) {
 
 // SIGHUP re-reads the certificate files: a new pair serves new connections; a mismatched pair
 // is refused, logged and counted, and the pair in force keeps serving.
-func TestTLSReloadOnSIGHUP(t *testing.T) {
-	dir := t.TempDir()
-	certFile, keyFile, err := demo.WriteSelfSignedCert(dir)
+// tlsBinary is a started gateway binary serving TLS with a self-signed pair in certDir.
+type tlsBinary struct {
+	cmd               *exec.Cmd
+	stderr            *syncBuffer
+	base              string
+	certFile, keyFile string
+	serial            string // the serial of the certificate served first
+}
+
+// startTLSBinary writes a pair into certDir and a config using it into dir, starts the binary
+// with args before its -config and -routes, and waits until it serves TLS.
+func startTLSBinary(t *testing.T, dir, certDir string, args ...string) *tlsBinary {
+	t.Helper()
+	certFile, keyFile, err := demo.WriteSelfSignedCert(certDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	port := freePort(t)
 	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\n  tls:\n    certs:\n      - {cert_file: %q, key_file: %q}\nlog:\n  access: false\n", port, certFile, keyFile))
 	routes := writeFile(t, dir, "routes.yaml", "routes: []\n")
-	cmd := exec.Command(binPath, "-config", cfg, "-routes", routes)
-	stderr := &syncBuffer{}
-	cmd.Stderr = stderr
+	cmd := exec.Command(binPath, append(args, "-config", cfg, "-routes", routes)...)
+	b := &tlsBinary{cmd: cmd, stderr: &syncBuffer{}, base: fmt.Sprintf("https://127.0.0.1:%d", port), certFile: certFile, keyFile: keyFile}
+	cmd.Stderr = b.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	base := fmt.Sprintf("https://127.0.0.1:%d", port)
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
 	first := trusting(t, certFile) // the first certificate, as the client knows it
-	var serial1 string
 	deadline := time.Now().Add(10 * time.Second)
-	for serial1 == "" {
-		if serial1, err = servedCert(t, first, base); err != nil && time.Now().After(deadline) {
-			t.Fatalf("never served over TLS: %v\n%s", err, stderr.String())
+	for b.serial == "" {
+		if b.serial, err = servedCert(t, first, b.base); err != nil && time.Now().After(deadline) {
+			t.Fatalf("never served over TLS: %v\n%s", err, b.stderr.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	return b
+}
 
-	// A new pair in place, then SIGHUP: new connections get it.
-	next := filepath.Join(dir, "next")
-	if err := os.Mkdir(next, 0o700); err != nil {
+// replacePair moves a new self-signed pair (made in dir) over the served files, key first,
+// and returns a client that trusts only the new certificate.
+func (b *tlsBinary) replacePair(t *testing.T, dir string) *http.Client {
+	t.Helper()
+	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	c2, k2, err := demo.WriteSelfSignedCert(next)
+	c2, k2, err := demo.WriteSelfSignedCert(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	second, _ := os.ReadFile(c2)
-	if err := os.Rename(k2, keyFile); err != nil {
+	if err := os.Rename(k2, b.keyFile); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Rename(c2, certFile); err != nil {
+	if err := os.Rename(c2, b.certFile); err != nil {
 		t.Fatal(err)
 	}
-	_ = cmd.Process.Signal(syscall.SIGHUP)
-	withSecond := trusting(t, writeFile(t, next, "trust.pem", string(second)))
-	var serial2 string
-	for deadline = time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if s, err := servedCert(t, withSecond, base); err == nil && s != serial1 {
-			serial2 = s
-			break
+	return trusting(t, writeFile(t, dir, "trust.pem", string(second)))
+}
+
+// waitNewCert waits until c is served a certificate other than the first one, and returns it.
+func (b *tlsBinary) waitNewCert(t *testing.T, c *http.Client, what string) string {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if s, err := servedCert(t, c, b.base); err == nil && s != b.serial {
+			return s
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the new pair is not served after SIGHUP:\n%s", stderr.String())
+			t.Fatalf("the new pair is not served %s:\n%s", what, b.stderr.String())
 		}
 	}
+}
+
+func TestTLSReloadOnSIGHUP(t *testing.T) {
+	dir := t.TempDir()
+	b := startTLSBinary(t, dir, dir)
+	cmd, stderr, base, certFile, keyFile := b.cmd, b.stderr, b.base, b.certFile, b.keyFile
+
+	// A new pair in place, then SIGHUP: new connections get it.
+	withSecond := b.replacePair(t, filepath.Join(dir, "next"))
+	_ = cmd.Process.Signal(syscall.SIGHUP)
+	serial2 := b.waitNewCert(t, withSecond, "after SIGHUP")
 
 	// A mismatched pair: the key of yet another certificate.
 	third := filepath.Join(dir, "third")
@@ -206,7 +232,7 @@ func TestTLSReloadOnSIGHUP(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Process.Signal(syscall.SIGHUP)
-	for deadline = time.Now().Add(10 * time.Second); !strings.Contains(stderr.String(), "reload refused"); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(stderr.String(), "reload refused"); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the mismatched pair was not refused:\n%s", stderr.String())
 		}
@@ -221,10 +247,10 @@ func TestTLSReloadOnSIGHUP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := io.ReadAll(resp.Body)
+	metricsText, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{"toron_config_reloads_total 1", "toron_config_reload_errors_total 1", `toron_tls_cert_expiry_timestamp_seconds{cert="` + certFile + `"}`} {
-		if !strings.Contains(string(b), want) {
+		if !strings.Contains(string(metricsText), want) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
@@ -242,54 +268,8 @@ func TestWatchCertificateChangeReloads(t *testing.T) {
 	if err := os.Mkdir(tlsDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	certFile, keyFile, err := demo.WriteSelfSignedCert(tlsDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := freePort(t)
-	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\n  tls:\n    certs:\n      - {cert_file: %q, key_file: %q}\nlog:\n  access: false\n", port, certFile, keyFile))
-	routes := writeFile(t, dir, "routes.yaml", "routes: []\n")
-	cmd := exec.Command(binPath, "-watch", "-config", cfg, "-routes", routes)
-	stderr := &syncBuffer{}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
-	base := fmt.Sprintf("https://127.0.0.1:%d", port)
-	first := trusting(t, certFile)
-	var serial1 string
-	deadline := time.Now().Add(10 * time.Second)
-	for serial1 == "" {
-		if serial1, err = servedCert(t, first, base); err != nil && time.Now().After(deadline) {
-			t.Fatalf("never served over TLS: %v\n%s", err, stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	next := filepath.Join(dir, "next")
-	if err := os.Mkdir(next, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	c2, k2, err := demo.WriteSelfSignedCert(next)
-	if err != nil {
-		t.Fatal(err)
-	}
-	second, _ := os.ReadFile(c2)
-	// Key first, then the certificate: the watch waits for the writes to settle.
-	if err := os.Rename(k2, keyFile); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(c2, certFile); err != nil {
-		t.Fatal(err)
-	}
-	withSecond := trusting(t, writeFile(t, next, "trust.pem", string(second)))
-	for deadline = time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if s, err := servedCert(t, withSecond, base); err == nil && s != serial1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the new pair is not served after the files changed under -watch:\n%s", stderr.String())
-		}
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
+	b := startTLSBinary(t, dir, tlsDir, "-watch")
+	withSecond := b.replacePair(t, filepath.Join(dir, "next"))
+	b.waitNewCert(t, withSecond, "after the files changed under -watch")
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
 }

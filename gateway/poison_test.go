@@ -23,6 +23,12 @@ func startScriptedUpstream(t *testing.T, serve func(c net.Conn, br *bufio.Reader
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveScripted(t, ln, serve)
+}
+
+// serveScripted serves every connection of ln (plain or TLS) with serve until the test ends.
+func serveScripted(t *testing.T, ln net.Listener, serve func(c net.Conn, br *bufio.Reader)) string {
+	t.Helper()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var conns []net.Conn

@@ -527,30 +527,11 @@ func TestTunnelOverUpstreamTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-				br := bufio.NewReader(c)
-				head, err := readHead(br)
-				if err != nil {
-					return
-				}
-				wsEcho(c, br, head)
-			}()
+	serveScripted(t, ln, func(c net.Conn, br *bufio.Reader) {
+		if head, err := readHead(br); err == nil {
+			wsEcho(c, br, head)
 		}
-	}()
+	})
 	addr := ln.Addr().String()
 	route := func(prefix, name string) string {
 		return fmt.Sprintf("- type: upstream\n  prefix: %s\n  target: https://%s\n  websocket: true\n  tls_ca_file: %s\n  tls_server_name: %s\n", prefix, addr, pki.caFile, name)
@@ -587,38 +568,21 @@ func TestTLSBytesPastResponseDoNotPoison(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	serveScripted(t, ln, func(c net.Conn, br *bufio.Reader) {
 		for {
-			c, err := ln.Accept()
+			req, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					if req.URL.Path == "/first" {
-						// Two writes, two TLS records, sent back to back.
-						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
-						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nPWNED!")
-						continue
-					}
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond")
-				}
-			}()
+			if req.URL.Path == "/first" {
+				// Two writes, two TLS records, sent back to back.
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nPWNED!")
+				continue
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond")
 		}
-	}()
+	})
 	route := fmt.Sprintf("- type: upstream\n  prefix: /\n  target: https://%s\n  tls_ca_file: %s\n  tls_server_name: up.test\n  max_upstream_conns: 1\n", ln.Addr(), pki.caFile)
 	gw := startGateway(t, "", route)
 	for i := 0; i < 5; i++ {
