@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -19,17 +17,7 @@ func TestAccessLogLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ln) }()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		g.Shutdown(ctx)
-		<-done
-		closeIdleUpstreams(g)
-	}()
-	addr := ln.Addr().String()
+	addr := serveGateway(t, g)
 	rawRequest(t, addr, "POST /api/a?q=1 HTTP/1.1\r\nHost: a\r\nX-Request-Id: rid-7\r\nContent-Length: 5\r\n\r\nhello")
 	rawRequest(t, addr, "POST /api/a HTTP/1.1\r\nHost: a\r\nContent-Length: 50\r\n\r\n")
 	rawRequest(t, addr, "GET /health HTTP/1.1\r\nHost: a\r\n\r\n")

@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"context"
-	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -135,19 +133,10 @@ func TestAccessLogClientIP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ln) }()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		g.Shutdown(ctx)
-		<-done
-		closeIdleUpstreams(g)
-	}()
-	rawRequest(t, ln.Addr().String(), "GET /api/a HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 2001:db8::7\r\n\r\n")
-	rawRequest(t, ln.Addr().String(), "GET /nowhere HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 198.51.100.1\r\n\r\n")
-	rawRequest(t, ln.Addr().String(), "GET /api/a HTTP/1.1\r\nHost: a\r\nBad Header: x\r\n\r\n")
+	addr := serveGateway(t, g)
+	rawRequest(t, addr, "GET /api/a HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 2001:db8::7\r\n\r\n")
+	rawRequest(t, addr, "GET /nowhere HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 198.51.100.1\r\n\r\n")
+	rawRequest(t, addr, "GET /api/a HTTP/1.1\r\nHost: a\r\nBad Header: x\r\n\r\n")
 	deadline := time.Now().Add(5 * time.Second)
 	for logs.FilterMessage("request").Len() < 3 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)

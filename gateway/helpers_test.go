@@ -79,6 +79,26 @@ func startGatewayB(t testing.TB, serverYAML, routesYAML string, accessLog bool) 
 	return tg
 }
 
+// serveGateway serves g on a loopback port until the test ends (shutdown, then the idle
+// upstream connections closed) and returns its address.
+func serveGateway(t testing.TB, g *Gateway) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.Shutdown(ctx)
+		<-done
+		closeIdleUpstreams(g)
+	})
+	return ln.Addr().String()
+}
+
 // closeIdleUpstreams closes the idle upstream connections of every route, so goleak sees no
 // cleaner goroutines left behind by a test.
 func closeIdleUpstreams(g *Gateway) {

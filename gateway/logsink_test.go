@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -79,25 +78,13 @@ func TestAccessLinesThroughSink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ln) }()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = g.Shutdown(ctx)
-		<-done
-		closeIdleUpstreams(g)
-	}()
-	hc := &fasthttp.HostClient{Addr: ln.Addr().String(), MaxConns: 1}
+	addr := serveGateway(t, g)
+	hc := &fasthttp.HostClient{Addr: addr, MaxConns: 1}
 	defer hc.CloseIdleConnections()
 	paths := []string{"/api/first-request-path", "/api/b", "/api/third"}
 	for i, p := range paths {
 		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-		req.SetRequestURI("http://" + ln.Addr().String() + p)
+		req.SetRequestURI("http://" + addr + p)
 		req.Header.Set("X-Request-Id", fmt.Sprintf("rid-%d-%s", i, strings.Repeat("x", 3-i)))
 		req.Header.SetMethod([]string{"GET", "DELETE", "PUT"}[i])
 		if err := hc.Do(req, resp); err != nil || resp.StatusCode() != 200 {

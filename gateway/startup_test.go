@@ -1,10 +1,7 @@
 package gateway
 
 import (
-	"context"
-	"net"
 	"testing"
-	"time"
 )
 
 // TestServeKeepsAReloadMadeBeforeIt: a reload handled between New and Serve (main catches
@@ -24,21 +21,9 @@ func TestServeKeepsAReloadMadeBeforeIt(t *testing.T) {
 	if err := g.Reload(next); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ln) }()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = g.Shutdown(ctx)
-		<-done
-		closeIdleUpstreams(g)
-	}()
+	addr := serveGateway(t, g)
 	// Serve has started once the listener answers.
-	if s, _, _, err := getStatus(ln.Addr().String(), "/b/x"); err != nil || s != 200 {
+	if s, _, _, err := getStatus(addr, "/b/x"); err != nil || s != 200 {
 		t.Errorf("route b of the reload: %d %v, want 200", s, err)
 	}
 	if g.Config() != next {
