@@ -47,6 +47,9 @@ func (l *listener) Accept() (net.Conn, error) {
 	cc := &clientConn{Conn: c, ln: l, activeAt: time.Now()}
 	cc.x.conn = cc
 	cc.windowBelow = attachWriteWindow(c, &cc.writeWin, nil) // TLS: the window runs below it
+	if !cc.windowBelow {
+		cc.raw = newRawPath(c, &cc.rawCount)
+	}
 	// The first request's line and headers must arrive within read_timeout of the accept.
 	_ = cc.SetReadDeadline(cc.activeAt.Add(l.g.snap.Load().cfg.Server.ReadTimeout))
 	l.mu.Lock()
@@ -131,6 +134,42 @@ type clientConn struct {
 	remote string
 	// windowBelow: writeWin is applied below TLS, by the socket (tls.go, windowedSocket).
 	windowBelow bool
+	// raw is the socket of a plain TCP client connection (upstreamraw.go): the last write of a
+	// response waits in pending (a pooled copy) for the read of the next request, which writes
+	// it and then waits, saving the read that would find nothing (deferResponseEnd).
+	raw       *rawPath
+	deferNext bool // the response is complete: its next write is its last
+	pending   *[]byte
+	// hasPending is set while pending waits; whoever clears it (the next read, or a close,
+	// which may come from the shutdown's goroutine) writes the bytes and returns the buffer.
+	hasPending atomic.Bool
+	rawCount   int64
+}
+
+// clientDeferMax is the largest last write of a response that waits for the next read.
+const clientDeferMax = 16 << 10
+
+var pendingPool = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+// deferResponseEnd says the current response is complete (exchange.finish): the write that ends
+// it may wait for the next request's read, when the connection is a plain socket.
+func (c *clientConn) deferResponseEnd() {
+	c.deferNext = c.raw != nil
+}
+
+// flushPending writes a response end that waited for a read that is not coming (a close, a
+// hijack, another write).
+func (c *clientConn) flushPending() error {
+	if !c.hasPending.CompareAndSwap(true, false) {
+		return nil
+	}
+	b := c.pending
+	c.pending = nil
+	c.raw.pending = nil
+	_, err := writeInWindow(c.Conn, &c.writeWin, *b, nil)
+	*b = (*b)[:0]
+	pendingPool.Put(b)
+	return err
 }
 
 // remoteString returns the client's address as host:port, computed once per connection.
@@ -145,6 +184,9 @@ func (c *clientConn) remoteString() string {
 // applies: the deadline slides with progress and a dripping client is cut (timeouts.Window).
 // The request line and headers are read under fasthttp's own absolute ReadTimeout.
 func (c *clientConn) Read(p []byte) (int, error) {
+	if c.hasPending.Load() && c.hasPending.CompareAndSwap(true, false) {
+		return c.readWithPending(p)
+	}
 	if !c.bodyPhase {
 		n, err := c.Conn.Read(p)
 		c.headBytes += int64(n)
@@ -173,7 +215,54 @@ func (c *clientConn) Write(p []byte) (int, error) {
 	if c.windowBelow {
 		return c.Conn.Write(p)
 	}
+	if c.raw != nil {
+		if err := c.flushPending(); err != nil {
+			return 0, err
+		}
+		if c.deferNext && len(p) <= clientDeferMax && !c.closed.Load() {
+			// The response's last write: copied (the caller's buffer is fasthttp's, pooled) and
+			// written by the next read.
+			c.deferNext = false
+			b := pendingPool.Get().(*[]byte)
+			*b = append((*b)[:0], p...)
+			c.pending = b
+			c.raw.pending = *b
+			c.hasPending.Store(true)
+			return len(p), nil
+		}
+	}
 	return writeInWindow(c.Conn, &c.writeWin, p, nil)
+}
+
+// readWithPending writes the response end that waited and reads the next request in one
+// RawConn.Read call (upstreamraw.go). A socket that takes only part of it gets the rest under
+// the write window, as any write. The caller cleared hasPending: the bytes are this call's.
+func (c *clientConn) readWithPending(p []byte) (int, error) {
+	b := c.pending
+	r := c.raw
+	r.p, r.n, r.err, r.partial = p, 0, nil, false
+	err := r.rc.Read(r.fn)
+	r.p = nil
+	rest := r.pending
+	r.pending = nil
+	c.pending = nil
+	defer func() {
+		*b = (*b)[:0]
+		pendingPool.Put(b)
+	}()
+	if err != nil {
+		return 0, err
+	}
+	if r.partial {
+		if _, err := writeInWindow(c.Conn, &c.writeWin, rest, nil); err != nil {
+			return 0, err
+		}
+		return c.Read(p)
+	}
+	if r.err == nil && !c.bodyPhase {
+		c.headBytes += int64(r.n)
+	}
+	return r.n, r.err
 }
 
 // writeInWindow writes p to conn under the sliding write window w, for both ends of a
@@ -184,6 +273,12 @@ func (c *clientConn) Write(p []byte) (int, error) {
 // the write with errClientLeft (upstreamConn.abort sets it together with a deadline in the past,
 // which a stall must not be mistaken for).
 func writeInWindow(conn net.Conn, w *timeouts.Window, p []byte, interrupted *atomic.Bool) (int, error) {
+	return writeInWindowV(conn, w, p, nil, interrupted)
+}
+
+// writeInWindowV is writeInWindow for p, or, when v is not nil, for the buffers of v in one
+// writev(2) each attempt (a chunk's size line and its data, chunkWriter). v is consumed.
+func writeInWindowV(conn net.Conn, w *timeouts.Window, p []byte, v *net.Buffers, interrupted *atomic.Bool) (int, error) {
 	written := 0
 	for {
 		start := time.Now()
@@ -195,7 +290,15 @@ func writeInWindow(conn net.Conn, w *timeouts.Window, p []byte, interrupted *ato
 		if interrupted != nil && interrupted.Load() {
 			return written, errClientLeft
 		}
-		n, err := conn.Write(p[written:])
+		var n int
+		var err error
+		if v != nil {
+			var n64 int64
+			n64, err = v.WriteTo(conn)
+			n = int(n64)
+		} else {
+			n, err = conn.Write(p[written:])
+		}
 		written += n
 		end := time.Now()
 		// A write that timed out on a TLS connection cannot go on (isTLSConn): the window's
@@ -240,6 +343,7 @@ func (c *clientConn) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	_ = c.flushPending()
 	c.x.abandon()
 	if c.linger.Load() {
 		c.lingerClose()
@@ -299,6 +403,7 @@ func (g *Gateway) onConnState(c net.Conn, state fasthttp.ConnState) {
 	s := &g.snap.Load().cfg.Server
 	switch state {
 	case fasthttp.StateActive:
+		cc.deferNext = false // a response end not written by now is another request's
 		cc.activeAt = time.Now()
 		cc.armRead(cc.activeAt.Add(s.ReadTimeout), s.ReadTimeout)
 	case fasthttp.StateIdle:

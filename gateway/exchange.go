@@ -166,6 +166,9 @@ func (x *exchange) finish() {
 	if !x.active.CompareAndSwap(true, false) {
 		return
 	}
+	if cc := x.conn; cc != nil {
+		cc.deferResponseEnd() // what fasthttp writes now ends the response (conn.go)
+	}
 	g := x.g
 	x.body.release()
 	if x.upResp != nil {

@@ -354,6 +354,11 @@ func (g *Gateway) dialTunnel(r *route, addr string) (net.Conn, error) {
 // client connection when it returns.
 func (g *Gateway) runTunnel(c net.Conn, cc *clientConn, x *exchange) {
 	x.status = fasthttp.StatusSwitchingProtocols
+	if err := cc.flushPending(); err != nil {
+		x.status, x.reason = statusClientClosed, reasonClientAbort
+		x.finish()
+		return
+	}
 	raw := cc.Conn // below clientConn's sliding write window: the tunnel has its own deadlines
 	_ = raw.SetWriteDeadline(time.Now().Add(x.route.eff.WriteTimeout))
 	_, err := raw.Write(x.ws.head)

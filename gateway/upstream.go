@@ -100,6 +100,31 @@ type upstreamConn struct {
 	// windowBelow: writeWin is applied below TLS, by the socket (tls.go, windowedSocket): a
 	// write timeout corrupts a TLS connection, so the window must judge the socket's writes.
 	windowBelow bool
+	// raw is the socket of a plain TCP connection, through which a small request is written
+	// and its answer waited for in one call (upstreamraw.go); nil over TLS.
+	raw *rawPath
+	// vec holds a chunk's size line and data for one writev (writeChunk); kept here so that
+	// the net.Buffers does not escape per chunk.
+	vec  [2][]byte
+	bufs net.Buffers
+}
+
+// writeChunk writes a chunk's size line and its data: in one writev(2) on a plain socket, in two
+// writes over TLS (which frames records of its own).
+func (c *upstreamConn) writeChunk(line, data []byte) error {
+	if c.raw == nil {
+		if _, err := c.Write(line); err != nil {
+			return err
+		}
+		_, err := c.Write(data)
+		return err
+	}
+	c.vec[0], c.vec[1] = line, data
+	c.bufs = c.vec[:]
+	n, err := writeInWindowV(c.Conn, &c.writeWin, nil, &c.bufs, &c.aborted)
+	c.bufs = nil
+	c.vec[0], c.vec[1] = nil, nil
+	return c.writeResult(n, err)
 }
 
 func newUpstreamConn(c net.Conn, p *upstreamPool) *upstreamConn {
@@ -108,6 +133,8 @@ func newUpstreamConn(c net.Conn, p *upstreamPool) *upstreamConn {
 	uc.windowBelow = attachWriteWindow(c, &uc.writeWin, &uc.aborted)
 	if uc.isTLS = isTLSConn(c); uc.isTLS {
 		countSocketWrites(c, &uc.socketWritten)
+	} else if !uc.windowBelow {
+		uc.raw = newRawPath(c, &uc.written)
 	}
 	uc.state.Store(connLent)
 	return uc
@@ -119,6 +146,13 @@ func newUpstreamConn(c net.Conn, p *upstreamPool) *upstreamConn {
 func (c *upstreamConn) Read(p []byte) (int, error) {
 	if c.aborted.Load() {
 		return 0, errClientLeft
+	}
+	if c.raw != nil && c.raw.pending != nil {
+		n, err := c.readWithPending(p)
+		if err != nil && c.aborted.Load() {
+			return n, errClientLeft
+		}
+		return n, err
 	}
 	if c.slide.Load() && c.to.header > 0 {
 		if now := time.Now(); c.readDeadline.Sub(now) < c.to.header/2 {
@@ -147,16 +181,21 @@ func (c *upstreamConn) Write(p []byte) (int, error) {
 	} else {
 		n, err = writeInWindow(c.Conn, &c.writeWin, p, &c.aborted)
 	}
+	return n, c.writeResult(n, err)
+}
+
+// writeResult counts n written bytes and turns a write's error into the exchange's.
+func (c *upstreamConn) writeResult(n int, err error) error {
 	c.written += int64(n)
 	switch {
 	case err == nil:
-		return n, nil
+		return nil
 	case c.aborted.Load():
-		return n, errClientLeft
+		return errClientLeft
 	case isTimeout(err):
-		return n, &writeStallError{err: err}
+		return &writeStallError{err: err}
 	}
-	return n, err
+	return err
 }
 
 // abort interrupts the connection's pending read or write at once: the client of its request
@@ -187,6 +226,9 @@ func (c *upstreamConn) lend(now time.Time) bool {
 // begin prepares the connection for the next request's write.
 func (c *upstreamConn) begin() {
 	c.requests++
+	if c.raw != nil {
+		c.raw.pending = nil
+	}
 	c.written = 0
 	c.socketWritten = 0
 	c.slide.Store(false)

@@ -1,0 +1,112 @@
+package gateway
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// rawPair returns a client *net.TCPConn with its raw path and the server's side of it.
+func rawPair(t *testing.T) (*net.TCPConn, *rawPath, *int64, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(); _ = s.Close() })
+	written := new(int64)
+	r := newRawPath(c, written)
+	if r == nil {
+		t.Fatal("no raw path on a *net.TCPConn")
+	}
+	return c.(*net.TCPConn), r, written, s
+}
+
+// readRawOnce runs one write-then-wait read of pending into p.
+func readRawOnce(r *rawPath, pending, p []byte) (int, error) {
+	r.pending = pending
+	r.p, r.n, r.err, r.partial = p, 0, nil, false
+	if err := r.rc.Read(r.fn); err != nil {
+		return 0, err
+	}
+	return r.n, r.err
+}
+
+// The request is written, the wait comes before the read: an answer that comes 50 ms later is
+// read by a single read, not found missing by one first (the EAGAIN read this path saves).
+func TestRawPathWritesThenWaitsThenReads(t *testing.T) {
+	c, r, written, s := rawPair(t)
+	got := make(chan []byte, 1)
+	go func() {
+		buf := make([]byte, 64)
+		n, _ := s.Read(buf)
+		got <- buf[:n]
+		time.Sleep(50 * time.Millisecond)
+		_, _ = s.Write([]byte("answer"))
+	}()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	p := make([]byte, 64)
+	n, err := readRawOnce(r, []byte("GET / HTTP/1.1\r\n\r\n"), p)
+	if err != nil || string(p[:n]) != "answer" {
+		t.Fatalf("read %q, %v; want answer", p[:n], err)
+	}
+	if req := <-got; string(req) != "GET / HTTP/1.1\r\n\r\n" {
+		t.Fatalf("upstream got %q", req)
+	}
+	if *written != int64(len("GET / HTTP/1.1\r\n\r\n")) {
+		t.Fatalf("written = %d", *written)
+	}
+	if r.eagain > 0 { // the wait came first: the one read after it finds the answer
+		t.Fatalf("%d reads found nothing: the path read before it waited", r.eagain)
+	}
+}
+
+// A request larger than the socket takes at once is left partly to the caller's Write.
+func TestRawPathPartialWriteIsHandedBack(t *testing.T) {
+	c, r, written, _ := rawPair(t) // the server side never reads
+	_ = c.SetWriteBuffer(4 << 10)
+	big := bytes.Repeat([]byte{'x'}, 16<<20)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := readRawOnce(r, big, make([]byte, 64)); err != nil {
+		t.Fatal(err)
+	}
+	if !r.partial || *written <= 0 || *written >= int64(len(big)) || len(r.pending) != len(big)-int(*written) {
+		t.Fatalf("partial %v, written %d of %d, %d left", r.partial, *written, len(big), len(r.pending))
+	}
+}
+
+// An upstream that closes answers the write with a reset or an end of file, at once; one
+// that never answers ends at the read deadline.
+func TestRawPathPeerClosedAndDeadline(t *testing.T) {
+	c, r, _, s := rawPair(t)
+	_ = s.(*net.TCPConn).SetLinger(0)
+	_ = s.Close()
+	time.Sleep(20 * time.Millisecond)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	start := time.Now()
+	_, err := readRawOnce(r, []byte("GET / HTTP/1.1\r\n\r\n"), make([]byte, 64))
+	if err == nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("closed peer: err %v after %v", err, time.Since(start))
+	}
+	if upstreamRejection(err) != rejUpstreamReset && err != io.EOF {
+		t.Fatalf("closed peer: %v is not a reset", err)
+	}
+
+	c2, r2, _, _ := rawPair(t) // the server reads nothing and answers nothing
+	_ = c2.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	_, err = readRawOnce(r2, []byte("GET / HTTP/1.1\r\n\r\n"), make([]byte, 64))
+	if !isTimeout(err) {
+		t.Fatalf("silent peer: %v, want the read deadline", err)
+	}
+}
