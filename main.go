@@ -36,6 +36,7 @@ const (
 )
 
 func main() {
+	ensureProcs(os.Getenv) // at least 2 Ps, even on one CPU (procs.go)
 	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }
 
