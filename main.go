@@ -313,16 +313,10 @@ func newLogger(l conf.Log, w io.Writer) (log *zap.Logger, level zap.AtomicLevel,
 		return nil, zap.AtomicLevel{}, nil, fmt.Errorf("log.level: %w", err)
 	}
 	level = zap.NewAtomicLevelAt(parsed)
-	ec := zap.NewProductionEncoderConfig()
-	ec.TimeKey = "time"
-	ec.EncodeTime = zapcore.RFC3339NanoTimeEncoder
-	ec.EncodeDuration = zapcore.SecondsDurationEncoder
-	var enc zapcore.Encoder
-	if l.Format == "console" {
-		enc = zapcore.NewConsoleEncoder(ec)
-	} else {
-		enc = zapcore.NewJSONEncoder(ec)
-	}
 	sink := gateway.NewLogSink(w, gateway.LogBufferBytes, gateway.LogFlushInterval)
-	return zap.New(sink.Core(enc, level)), level, func() { _ = sink.Close() }, nil
+	core := sink.JSONCore(level) // access lines encoded by the gateway in zap's layout
+	if l.Format == "console" {
+		core = sink.Core(zapcore.NewConsoleEncoder(gateway.JSONEncoderConfig()), level)
+	}
+	return zap.New(core), level, func() { _ = sink.Close() }, nil
 }

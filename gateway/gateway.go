@@ -27,6 +27,8 @@ import (
 type Gateway struct {
 	log    *zap.Logger
 	access atomic.Bool
+	// accessJSON is the log's core when access lines are encoded here (accessline.go).
+	accessJSON *flushCore
 
 	srv *fasthttp.Server
 	ln  atomic.Pointer[listener] // set by Serve, read by Shutdown and the metrics
@@ -118,12 +120,13 @@ func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
 	}
 	set := metrics.NewSet()
 	g := &Gateway{
-		log:      log,
-		workers:  limits.NewWorkerPool(cfg.Server.WorkerPoolSize),
-		budget:   limits.NewBulkhead(cfg.ElevatedBudget()),
-		set:      set,
-		stats:    newStatsRegistry(set),
-		idPrefix: newIDPrefix(),
+		log:        log,
+		accessJSON: accessJSONCore(log),
+		workers:    limits.NewWorkerPool(cfg.Server.WorkerPoolSize),
+		budget:     limits.NewBulkhead(cfg.ElevatedBudget()),
+		set:        set,
+		stats:      newStatsRegistry(set),
+		idPrefix:   newIDPrefix(),
 	}
 	g.resolver.Dialer.KeepAlive = 30 * time.Second
 	g.onUpstreamEvent = logUpstreamEvent(log)

@@ -131,6 +131,9 @@ func (s *LogSink) Core(enc zapcore.Encoder, level zapcore.LevelEnabler) zapcore.
 type flushCore struct {
 	zapcore.Core
 	sink *LogSink
+	// accessJSON: the core encodes JSON in JSONEncoderConfig, with no fields of its own, so
+	// the gateway may append access lines to the sink itself (accessline.go).
+	accessJSON bool
 }
 
 func (c *flushCore) With(fields []zapcore.Field) zapcore.Core {

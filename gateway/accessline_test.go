@@ -1,0 +1,138 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// accessLineExchange returns an exchange on a real connection, with a gateway whose logger
+// is the binary's JSON one.
+func accessLineExchange(t testing.TB) (*Gateway, *exchange) {
+	t.Helper()
+	cfg := loadConfig(t, "", upstreamRoute("/api", "127.0.0.1:1", ""))
+	cfg.Log.Access = true
+	sink := NewLogSink(io.Discard, LogBufferBytes, LogFlushInterval)
+	t.Cleanup(func() { _ = sink.Close() })
+	g, err := New(cfg, zap.New(sink.JSONCore(zap.InfoLevel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.accessJSON == nil {
+		t.Fatal("the JSON core of the binary's logger is not encoded by the gateway")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close(); _ = server.Close(); _ = ln.Close() })
+	cc := &clientConn{Conn: server}
+	x := &cc.x
+	x.conn, x.g, x.stats = cc, g, g.none
+	return g, x
+}
+
+// The line the gateway appends is the one zap's JSON encoder writes for the same fields, byte
+// for byte, whatever the values: escapes, invalid UTF-8, zero and odd durations, times in and
+// out of UTC, every reject reason.
+func TestAccessLineIsZapsLine(t *testing.T) {
+	g, x := accessLineExchange(t)
+	enc := zapcore.NewJSONEncoder(JSONEncoderConfig())
+	strs := []string{"", "5f2a9c1e0b7d-1a2b", `q"uo\te`, "line\nbreak\r\ttab\x00\x01\x1f\x7f",
+		"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "bad\xffutf8\xc3", "\xe2\x82", "</script>&<>", "/api/users/42?x=1"}
+	durs := []time.Duration{0, 1, 999, 180 * time.Microsecond, 1500 * time.Millisecond, 3 * time.Hour, -5}
+	times := []time.Time{
+		time.Date(2026, 12, 1, 11, 45, 0, 0, time.UTC),
+		time.Date(2026, 12, 1, 11, 45, 0, 123456789, time.UTC),
+		time.Date(2026, 12, 1, 11, 45, 0, 120000000, time.FixedZone("X", 5*3600+30*60)),
+		time.Now(),
+	}
+	ips := []netip.Addr{{}, netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("2001:db8::1")}
+	n := 0
+	for i, s := range strs {
+		for j, d := range durs {
+			x.reqID = append(x.reqID[:0], s...)
+			x.method = append(x.method[:0], strs[(i+1)%len(strs)]...)
+			x.path = append(x.path[:0], strs[(i+2)%len(strs)]...)
+			x.upAddr = strs[(i+j)%len(strs)]
+			x.status = []int{200, 101, 499, 503, 0}[j%5]
+			x.bytesIn, x.bytesOut = int64(i*1000003), int64(-j)
+			x.elapsed, x.headerWait = d, durs[(j+3)%len(durs)]
+			x.reason = reason((i + j) % int(numReasons))
+			x.clientIP = ips[(i+j)%len(ips)]
+			tm := times[(i+j)%len(times)]
+			want, err := enc.EncodeEntry(zapcore.Entry{Level: zapcore.InfoLevel, Time: tm, Message: AccessLogMessage}, g.accessFields(x))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := appendAccessLine(nil, tm, x)
+			if !bytes.Equal(got, want.Bytes()) {
+				t.Fatalf("case %d/%d:\n got %s\nwant %s", i, j, got, want.Bytes())
+			}
+			if json.Valid(got) != json.Valid(want.Bytes()) {
+				t.Fatalf("case %d/%d: validity differs", i, j)
+			}
+			want.Free()
+			n++
+		}
+	}
+	if n < 50 {
+		t.Fatalf("only %d cases", n)
+	}
+}
+
+// What logAccess writes to the sink is that line: one JSON object per request.
+func TestLogAccessWritesTheLine(t *testing.T) {
+	var out bytes.Buffer
+	cfg := loadConfig(t, "", upstreamRoute("/api", "127.0.0.1:1", ""))
+	cfg.Log.Access = true
+	sink := NewLogSink(&out, LogBufferBytes, LogFlushInterval)
+	g, err := New(cfg, zap.New(sink.JSONCore(zap.InfoLevel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, x := accessLineExchange(t)
+	x.g = g
+	x.reqID = append(x.reqID[:0], "id-1"...)
+	x.status, x.start, x.elapsed = 200, time.Now(), 2*time.Millisecond
+	g.logAccess(x)
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var line map[string]any
+	if err := json.Unmarshal(out.Bytes(), &line); err != nil {
+		t.Fatalf("%q: %v", out.Bytes(), err)
+	}
+	if line["msg"] != AccessLogMessage || line["request_id"] != "id-1" || line["status"] != float64(200) || line["duration"] != 0.002 || line["level"] != "info" {
+		t.Fatalf("line %v", line)
+	}
+}
+
+// BenchmarkAccessLineJSON is BenchmarkAccessLine for the binary's JSON logger: the line
+// appended by the gateway (beside zap's own encoding in BenchmarkAccessLine).
+func BenchmarkAccessLineJSON(b *testing.B) {
+	g, x := accessLineExchange(b)
+	x.reqID = append(x.reqID[:0], "5f2a9c1e0b7d-1a2b"...)
+	x.method = append(x.method[:0], "GET"...)
+	x.path = append(x.path[:0], "/api/users/42"...)
+	x.status, x.bytesOut, x.start, x.elapsed = 200, 27, time.Now(), 180*time.Microsecond
+	b.ReportAllocs()
+	for b.Loop() {
+		g.logAccess(x)
+	}
+}
