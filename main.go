@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -36,7 +37,7 @@ const (
 )
 
 func main() {
-	ensureProcs(os.Getenv) // at least 2 Ps, even on one CPU (procs.go)
+	ensureProcs(os.Getenv, runtime.NumCPU()) // at least 2 Ps on one CPU (procs.go)
 	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }
 
