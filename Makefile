@@ -6,7 +6,7 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 FUZZTIME  ?= 30s
 PKGS      := ./...
 
-.PHONY: help build run test vet deps lint fuzz bench bench-go bench-compare bench-slowloris bench-upload bench-slow-target bench-tunnel bench-tls loadtest clean
+.PHONY: help build run test vet deps lint fuzz bench bench-ab bench-go bench-compare bench-slowloris bench-upload bench-slow-target bench-tunnel bench-tls loadtest clean
 
 help: #? list the targets
 	@grep -E '^[a-z-]+:.*#\?' $(MAKEFILE_LIST) | sed -E 's/:.*#\?/\t/' | sort
@@ -35,6 +35,9 @@ fuzz: #? run each fuzz target for FUZZTIME
 	@bash scripts/fuzz.sh $(FUZZTIME)
 
 bench: bench-go bench-compare bench-slowloris bench-upload bench-slow-target bench-tunnel bench-tls #? Go benchmarks (-benchmem), the peer comparison, the slowloris run, the upload ratios, the slow-target run, the tunnel run and TLS against nginx
+
+bench-ab: build #? paired A/B of two Toron builds with nginx in the same rounds: make bench-ab OLD=/path/to/old-toron
+	bash scripts/ab.sh $(OLD) $(BIN)
 
 bench-go: #? Go benchmarks only
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
