@@ -157,19 +157,50 @@ func (c *clientConn) deferResponseEnd() {
 	c.deferNext = c.raw != nil
 }
 
-// flushPending writes a response end that waited for a read that is not coming (a close, a
-// hijack, another write).
+// flushPending writes a response end that waited for a read that is not coming (another
+// write, a hijack), on the connection's own goroutine: under the write window.
 func (c *clientConn) flushPending() error {
+	b := c.claimPending()
+	if b == nil {
+		return nil
+	}
+	_, err := writeInWindow(c.Conn, &c.writeWin, *b, nil)
+	releasePending(b)
+	return err
+}
+
+// flushPendingClosing writes a waiting response end before the connection closes. Close may
+// run on another goroutine (a shutdown closing idle connections, which fasthttp thinks this
+// one is once it flushed), so the write window, which is the connection goroutine's, is left
+// alone: the write is bounded by write_timeout instead.
+func (c *clientConn) flushPendingClosing() {
+	b := c.claimPending()
+	if b == nil {
+		return
+	}
+	timeout := 5 * time.Second
+	if c.ln != nil {
+		if s := c.ln.g.snap.Load(); s != nil && s.cfg.Server.WriteTimeout > 0 {
+			timeout = s.cfg.Server.WriteTimeout
+		}
+	}
+	if c.Conn.SetWriteDeadline(time.Now().Add(timeout)) == nil {
+		_, _ = c.Conn.Write(*b)
+	}
+	releasePending(b)
+}
+
+// claimPending takes the waiting response end, or nil: whoever clears hasPending owns it.
+func (c *clientConn) claimPending() *[]byte {
 	if !c.hasPending.CompareAndSwap(true, false) {
 		return nil
 	}
-	b := c.pending
-	c.pending = nil
-	c.raw.pending = nil
-	_, err := writeInWindow(c.Conn, &c.writeWin, *b, nil)
+	return c.pending
+}
+
+func releasePending(b *[]byte) {
 	*b = (*b)[:0]
 	pendingPool.Put(b)
-	return err
 }
 
 // remoteString returns the client's address as host:port, computed once per connection.
@@ -184,7 +215,7 @@ func (c *clientConn) remoteString() string {
 // applies: the deadline slides with progress and a dripping client is cut (timeouts.Window).
 // The request line and headers are read under fasthttp's own absolute ReadTimeout.
 func (c *clientConn) Read(p []byte) (int, error) {
-	if c.hasPending.Load() && c.hasPending.CompareAndSwap(true, false) {
+	if c.hasPending.Load() {
 		return c.readWithPending(p)
 	}
 	if !c.bodyPhase {
@@ -235,27 +266,36 @@ func (c *clientConn) Write(p []byte) (int, error) {
 }
 
 // readWithPending writes the response end that waited and reads the next request in one
-// RawConn.Read call (upstreamraw.go). A socket that takes only part of it gets the rest under
-// the write window, as any write. The caller cleared hasPending: the bytes are this call's.
+// RawConn.Read call (upstreamraw.go). The callback claims the bytes (hasPending) while it
+// holds the socket, so that a Close from another goroutine either wrote them already or waits
+// for this write before the socket closes. A socket that takes only part of them gets the rest
+// under the write window, as any write; a read that fails before the callback ran (a deadline
+// already past) still writes them.
 func (c *clientConn) readWithPending(p []byte) (int, error) {
-	b := c.pending
 	r := c.raw
-	r.p, r.n, r.err, r.partial = p, 0, nil, false
+	r.p, r.n, r.err, r.partial, r.claimed = p, 0, nil, false, false
+	r.claim = &c.hasPending
 	err := r.rc.Read(r.fn)
-	r.p = nil
+	r.p, r.claim = nil, nil
 	rest := r.pending
 	r.pending = nil
-	c.pending = nil
-	defer func() {
-		*b = (*b)[:0]
-		pendingPool.Put(b)
-	}()
+	if r.claimed {
+		defer releasePending(c.pending)
+	} else if b := c.claimPending(); b != nil {
+		// The callback never ran: the bytes are still to be written.
+		defer releasePending(b)
+		rest = *b
+		r.partial = true
+		err = nil
+	}
 	if err != nil {
 		return 0, err
 	}
 	if r.partial {
-		if _, err := writeInWindow(c.Conn, &c.writeWin, rest, nil); err != nil {
-			return 0, err
+		if len(rest) > 0 {
+			if _, err := writeInWindow(c.Conn, &c.writeWin, rest, nil); err != nil {
+				return 0, err
+			}
 		}
 		return c.Read(p)
 	}
@@ -343,7 +383,7 @@ func (c *clientConn) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	_ = c.flushPending()
+	c.flushPendingClosing()
 	c.x.abandon()
 	if c.linger.Load() {
 		c.lingerClose()
@@ -411,9 +451,10 @@ func (g *Gateway) onConnState(c net.Conn, state fasthttp.ConnState) {
 		cc.headBytes = 0
 		// The response was just written: the end of its last write is now, give or take the
 		// microseconds since, and saves a clock read. A pipelined request whose answer is still
-		// buffered has no such write yet.
+		// buffered has no such write yet, and a response end that waits for the next read
+		// (hasPending) was not written through the window: the clock then.
 		now := cc.writeWin.Last()
-		if now.Before(cc.activeAt) {
+		if now.Before(cc.activeAt) || cc.hasPending.Load() {
 			now = time.Now()
 		}
 		cc.armRead(now.Add(s.IdleTimeout), s.IdleTimeout)

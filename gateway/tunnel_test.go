@@ -351,6 +351,9 @@ func TestTunnelLimit(t *testing.T) {
 	if r1.StatusCode != 101 || r2.StatusCode != 101 {
 		t.Fatalf("first two: %d %d", r1.StatusCode, r2.StatusCode)
 	}
+	// A tunnel registers after its 101 reached the client: both, before one is closed and
+	// the count is waited for (else the count of 1 can be the second one's, c1 still open).
+	waitTunnels(t, tg.g, 2)
 	before := up.conns.Load()
 	_, _, r3 := openTunnel(t, tg.addr, upgradeRequest("/ws"))
 	body, _ := io.ReadAll(r3.Body)
@@ -368,7 +371,8 @@ func TestTunnelLimit(t *testing.T) {
 	waitTunnels(t, tg.g, 1)
 	_, _, r4 := openTunnel(t, tg.addr, upgradeRequest("/ws"))
 	if r4.StatusCode != 101 {
-		t.Errorf("after a close: %d", r4.StatusCode)
+		b4, _ := io.ReadAll(r4.Body)
+		t.Errorf("after a close: %d %s", r4.StatusCode, b4)
 	}
 }
 

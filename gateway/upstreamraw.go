@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -34,6 +35,10 @@ type rawPath struct {
 	err     error
 	partial bool // the socket took only part of pending: the rest goes through Write
 	written *int64
+	// claim, when set (the client side), must be cleared by the first call before pending is
+	// written: a Close on another goroutine that cleared it first wrote the bytes itself.
+	claim   *atomic.Bool
+	claimed bool
 	// eagain counts reads that found nothing after the wait (spurious wake-ups), for tests.
 	eagain int
 }
@@ -93,6 +98,13 @@ func (c *upstreamConn) readWithPending(p []byte) (int, error) {
 // readRaw is the RawConn.Read callback: the first call writes the pending request and asks to
 // wait; the next ones read, asking to wait again on EAGAIN.
 func (r *rawPath) readRaw(fd uintptr) bool {
+	if r.claim != nil && !r.claimed {
+		if !r.claim.CompareAndSwap(true, false) {
+			r.pending = nil // a Close took the bytes
+		}
+		r.claimed = r.pending != nil
+		r.claim = nil
+	}
 	for len(r.pending) > 0 {
 		n, err := syscall.Write(int(fd), r.pending)
 		if n > 0 {
