@@ -273,16 +273,33 @@ table=$OUT/compare.md
 	done
 } >"$table"
 
+# paired A B: the median over the rounds of A's CPU per request divided by B's in the same
+# round. On a shared VM a proxy's CPU moves by half between rounds; the ratio within a round
+# moves less (scripts/ab.sh).
+paired() {
+	awk -F'\t' -v a="$1" -v b="$2" '
+		NR > 1 && $2 == a && $7 != "-" { x[$1] = $7 }
+		NR > 1 && $2 == b && $7 != "-" { y[$1] = $7 }
+		END {
+			n = 0
+			for (r in x) if ((r in y) && y[r] > 0) v[++n] = x[r] / y[r]
+			if (n == 0) { print "-"; exit }
+			for (i = 2; i <= n; i++) { t = v[i]; for (j = i - 1; j >= 1 && v[j] > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
+			printf "%.2f", n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+		}' "$raw"
+}
+
 # Toron against each peer, access log off and on: proxy CPU per request and p99 (medians of
-# the rounds), then the proxy CPU of every round.
+# the rounds), the per-round CPU ratio's median, then the proxy CPU of every round.
 vs=$OUT/toron-vs.md
 {
-	echo "| Toron ÷ | CPU/req, log off | CPU/req, log on | p99, log off | p99, log on |"
-	echo "|---|---:|---:|---:|---:|"
+	echo "| Toron ÷ | CPU/req, log off | CPU/req, log on | p99, log off | p99, log on | CPU/req per round (median), log off / on |"
+	echo "|---|---:|---:|---:|---:|---:|"
 	for t in nginx haproxy naive relay; do
-		printf '| %s | %s | %s | %s | %s |\n' "$t" \
+		printf '| %s | %s | %s | %s | %s | %s / %s |\n' "$t" \
 			"$(ratio "$(col toron 7)" "$(col "$t" 7)")" "$(ratio "$(col toron-log 7)" "$(col "$t" 7)")" \
-			"$(ratio "$(col toron 4)" "$(col "$t" 4)")" "$(ratio "$(col toron-log 4)" "$(col "$t" 4)")"
+			"$(ratio "$(col toron 4)" "$(col "$t" 4)")" "$(ratio "$(col toron-log 4)" "$(col "$t" 4)")" \
+			"$(paired toron "$t")" "$(paired toron-log "$t")"
 	done
 	echo
 	printf '| proxy CPU µs/req |'
