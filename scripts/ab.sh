@@ -41,29 +41,10 @@ UP_PORT=$BASE_PORT OLD_PORT=$((BASE_PORT + 1)) NEW_PORT=$((BASE_PORT + 2)) NGINX
 for p in $UP_PORT $OLD_PORT $NEW_PORT $NGINX_PORT; do
 	port_free "$p" || { echo "ab: port $p is in use; set BASE_PORT" >&2; exit 1; }
 done
-fill() { sed -e "s|@PORT@|$PORT|g" -e "s|@UPSTREAM@|127.0.0.1:$UP_PORT|g" -e "s|@PREFIX@|$PREFIX|g" "$1" >"$2"; }
-wait_http() {
-	for _ in $(seq 100); do
-		curl -s -o /dev/null --max-time 1 "$1" && return 0
-		sleep 0.1
-	done
-	echo "ab: $1 did not answer within 10 s" >&2
-	return 1
-}
-cpu_ticks() { # pid and its direct children: utime+stime
-	local sum=0 f pid
-	for pid in "$1" $(grep -l "^[0-9]* ([^)]*) . $1 " /proc/[0-9]*/stat 2>/dev/null | cut -d/ -f3); do
-		[ -r "/proc/$pid/stat" ] || continue
-		read -r -a f <<<"$(sed 's/^.*) //' "/proc/$pid/stat")"
-		sum=$((sum + f[11] + f[12]))
-	done
-	echo "$sum"
-}
-
 go build -o "$tmp/loadtest" ./loadtest
 taskset -c "$PROXY_CPU" "$tmp/loadtest" -scenario upstream -listen "127.0.0.1:$UP_PORT" -lifetime 2h >"$tmp/upstream.log" 2>&1 &
 pids+=($!)
-wait_http "http://127.0.0.1:$UP_PORT/api/items"
+wait_http "http://127.0.0.1:$UP_PORT/api/items" upstream
 
 declare -A pid port
 start_toron() { # name binary port
@@ -76,7 +57,7 @@ start_toron() { # name binary port
 	env -u TORON_CONFIG -u TORON_ROUTES taskset -c "$PROXY_CPU" "$2" -config "$tmp/$1-config.yaml" -routes "$tmp/$1-routes.yaml" >"$tmp/$1.out" 2>"$tmp/$1.err" &
 	pid[$1]=$! port[$1]=$3
 	pids+=("${pid[$1]}")
-	wait_http "http://127.0.0.1:$3/health"
+	wait_http "http://127.0.0.1:$3/health" "$1"
 }
 start_toron old "$OLD" "$OLD_PORT"
 start_toron new "$NEW" "$NEW_PORT"
@@ -86,7 +67,7 @@ fill loadtest/peers/nginx.conf "$PREFIX/nginx.conf"
 taskset -c "$PROXY_CPU" nginx -p "$PREFIX" -c "$PREFIX/nginx.conf" -e "$PREFIX/error.log" >"$tmp/nginx.out" 2>&1 &
 pid[nginx]=$! port[nginx]=$NGINX_PORT
 pids+=("${pid[nginx]}")
-wait_http "http://127.0.0.1:$NGINX_PORT/health"
+wait_http "http://127.0.0.1:$NGINX_PORT/health" nginx
 
 clk=$(getconf CLK_TCK)
 for t in old new nginx; do # warm-up
@@ -97,10 +78,11 @@ echo "ab: $ROUNDS rounds of ${DURATION}s, wrk -t1 -c$CONNECTIONS, access log $([
 for r in $(seq "$ROUNDS"); do
 	line="round $r"
 	for t in old new nginx; do
-		a=$(cpu_ticks "${pid[$t]}")
+		mapfile -t tree < <(proc_tree "${pid[$t]}")
+		a=$(cpu_ticks "${tree[@]}")
 		read -r rps p99 < <(taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency "http://127.0.0.1:${port[$t]}/api/items" |
 			awk '/^Requests\/sec/{r=$2} / 99%/{p=$2} END{print r, p}')
-		b=$(cpu_ticks "${pid[$t]}")
+		b=$(cpu_ticks "${tree[@]}")
 		us=$(awk -v t=$((b - a)) -v k="$clk" -v r="$rps" -v d="$DURATION" 'BEGIN{printf "%.1f", t/k*1e6/(r*d)}')
 		echo "$r $t $us" >>"$tmp/rounds"
 		line="$line  $t $us µs ($p99)"

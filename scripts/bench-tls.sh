@@ -75,28 +75,8 @@ wait_https() { # url name: wait up to 10 s for an HTTPS answer
 	return 1
 }
 
-children() { # pid: its direct children, from /proc
-	local f st
-	for f in /proc/[0-9]*/stat; do
-		{ read -r -a st <"$f"; } 2>/dev/null || continue
-		[ "${st[3]}" = "$1" ] && echo "${st[0]}"
-	done
-	return 0
-}
-
-cpu_ticks() { # pids...: summed utime+stime in clock ticks
-	local sum=0 pid f
-	for pid in "$@"; do
-		[ -r "/proc/$pid/stat" ] || continue
-		read -r -a f <<<"$(sed 's/^.*) //' "/proc/$pid/stat")"
-		sum=$((sum + f[11] + f[12]))
-	done
-	echo "$sum"
-}
-
-fill() { # template out
-	sed -e "s|@PORT@|$PORT|g" -e "s|@PLAIN_PORT@|$NGINX_PLAIN_PORT|g" -e "s|@UPSTREAM@|127.0.0.1:$UP_PORT|g" -e "s|@PREFIX@|$PREFIX|g" \
-		-e "s|@CERT@|$CERT|g" -e "s|@KEY@|$KEY|g" "$1" >"$2"
+fill_tls() { # template out: fill (lib.sh) with nginx's plain port and the certificate
+	fill "$1" "$2" -e "s|@PLAIN_PORT@|$NGINX_PLAIN_PORT|g" -e "s|@CERT@|$CERT|g" -e "s|@KEY@|$KEY|g"
 }
 
 echo "bench-tls: building bin/toron and the loadtest binary"
@@ -110,15 +90,15 @@ pids+=($!)
 for _ in $(seq 100); do curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$UP_PORT/api/items" && break; sleep 0.1; done
 
 PORT=$TORON_PORT PREFIX=$tmp
-fill loadtest/peers/toron-tls-config.yaml "$tmp/toron-config.yaml"
-fill loadtest/peers/toron-routes.yaml "$tmp/toron-routes.yaml"
+fill_tls loadtest/peers/toron-tls-config.yaml "$tmp/toron-config.yaml"
+fill_tls loadtest/peers/toron-routes.yaml "$tmp/toron-routes.yaml"
 env -u TORON_CONFIG -u TORON_ROUTES taskset -c "$PROXY_CPU" bin/toron -config "$tmp/toron-config.yaml" -routes "$tmp/toron-routes.yaml" >"$tmp/toron.log" 2>&1 &
 TORON_PID=$!
 pids+=("$TORON_PID")
 wait_https "https://127.0.0.1:$TORON_PORT/health" toron
 
 PORT=$TORON_PLAIN_PORT PREFIX=$tmp
-fill loadtest/peers/toron-config.yaml "$tmp/toron-plain-config.yaml"
+fill_tls loadtest/peers/toron-config.yaml "$tmp/toron-plain-config.yaml"
 env -u TORON_CONFIG -u TORON_ROUTES taskset -c "$PROXY_CPU" bin/toron -config "$tmp/toron-plain-config.yaml" -routes "$tmp/toron-routes.yaml" >"$tmp/toron-plain.log" 2>&1 &
 TORON_PLAIN_PID=$!
 pids+=("$TORON_PLAIN_PID")
@@ -128,7 +108,7 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 PORT=$NGINX_PORT PREFIX=$tmp/nginx
 mkdir -p "$PREFIX"
 chmod 755 "$PREFIX"
-fill loadtest/peers/nginx-tls.conf "$PREFIX/nginx.conf"
+fill_tls loadtest/peers/nginx-tls.conf "$PREFIX/nginx.conf"
 taskset -c "$PROXY_CPU" "$NGINX" -p "$PREFIX" -c "$PREFIX/nginx.conf" -e "$PREFIX/error.log" >"$tmp/nginx.out" 2>&1 &
 NGINX_PID=$!
 pids+=("$NGINX_PID")

@@ -46,38 +46,6 @@ tmp_prefix=toron-compare
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
 
-wait_http() { # url name: wait up to 10 s for an HTTP answer
-	for _ in $(seq 100); do
-		if curl -s -o /dev/null --max-time 1 "$1"; then return 0; fi
-		sleep 0.1
-	done
-	echo "compare: $2 did not answer $1 within 10 s" >&2
-	return 1
-}
-
-children() { # pid: its direct children, from /proc (no procps needed)
-	local f st
-	for f in /proc/[0-9]*/stat; do
-		{ read -r -a st <"$f"; } 2>/dev/null || continue
-		[ "${st[3]}" = "$1" ] && echo "${st[0]}"
-	done
-	return 0
-}
-
-proc_tree() { echo "$1"; children "$1"; }
-
-cpu_ticks() { # pids...: summed utime+stime in clock ticks
-	local sum=0 pid f
-	for pid in "$@"; do
-		[ -r "/proc/$pid/stat" ] || continue
-		# The fields after the command name (which may contain spaces) start at field 3, the
-		# state: utime (field 14) and stime (field 15) are the 12th and 13th of them.
-		read -r -a f <<<"$(sed 's/^.*) //' "/proc/$pid/stat")"
-		sum=$((sum + f[11] + f[12]))
-	done
-	echo "$sum"
-}
-
 hwm_kib() { # pids...: summed VmHWM in KiB
 	local sum=0 pid v
 	for pid in "$@"; do
@@ -85,10 +53,6 @@ hwm_kib() { # pids...: summed VmHWM in KiB
 		sum=$((sum + ${v:-0}))
 	done
 	echo "$sum"
-}
-
-fill() { # template out: substitute @PORT@ @UPSTREAM@ @PREFIX@
-	sed -e "s|@PORT@|$PORT|g" -e "s|@UPSTREAM@|127.0.0.1:$UP_PORT|g" -e "s|@PREFIX@|$PREFIX|g" "$1" >"$2"
 }
 
 UP_PORT=$BASE_PORT

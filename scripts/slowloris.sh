@@ -40,19 +40,6 @@ tmp_prefix=toron-slowloris
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
 
-wait_http() { # url name
-	for _ in $(seq 100); do
-		if curl -s -o /dev/null --max-time 1 "$1"; then return 0; fi
-		sleep 0.1
-	done
-	echo "slowloris: $2 did not answer $1 within 10 s" >&2
-	return 1
-}
-
-fill() { # template out
-	sed -e "s|@PORT@|$PORT|g" -e "s|@UPSTREAM@|127.0.0.1:$UP_PORT|g" -e "s|@PREFIX@|$PREFIX|g" "$1" >"$2"
-}
-
 UP_PORT=$BASE_PORT
 TORON_PORT=$((BASE_PORT + 1))
 NGINX_PORT=$((BASE_PORT + 2))
