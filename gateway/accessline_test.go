@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -17,30 +16,26 @@ import (
 // is the binary's JSON one.
 func accessLineExchange(t testing.TB) (*Gateway, *exchange) {
 	t.Helper()
+	g, x := accessExchange(t, func(s *LogSink) zapcore.Core { return s.JSONCore(zap.InfoLevel) })
+	if g.accessJSON == nil {
+		t.Fatal("the JSON core of the binary's logger is not encoded by the gateway")
+	}
+	return g, x
+}
+
+// accessExchange returns an exchange on a real connection, with a gateway that logs through
+// core on a sink that writes to nowhere.
+func accessExchange(t testing.TB, core func(*LogSink) zapcore.Core) (*Gateway, *exchange) {
+	t.Helper()
 	cfg := loadConfig(t, "", upstreamRoute("/api", "127.0.0.1:1", ""))
 	cfg.Log.Access = true
 	sink := NewLogSink(io.Discard, LogBufferBytes, LogFlushInterval)
 	t.Cleanup(func() { _ = sink.Close() })
-	g, err := New(cfg, zap.New(sink.JSONCore(zap.InfoLevel)))
+	g, err := New(cfg, zap.New(core(sink)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.accessJSON == nil {
-		t.Fatal("the JSON core of the binary's logger is not encoded by the gateway")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close(); _ = server.Close(); _ = ln.Close() })
+	_, server := tcpPair(t)
 	cc := &clientConn{Conn: server}
 	x := &cc.x
 	x.conn, x.g, x.stats = cc, g, g.none
@@ -127,12 +122,5 @@ func TestLogAccessWritesTheLine(t *testing.T) {
 // appended by the gateway (beside zap's own encoding in BenchmarkAccessLine).
 func BenchmarkAccessLineJSON(b *testing.B) {
 	g, x := accessLineExchange(b)
-	x.reqID = append(x.reqID[:0], "5f2a9c1e0b7d-1a2b"...)
-	x.method = append(x.method[:0], "GET"...)
-	x.path = append(x.path[:0], "/api/users/42"...)
-	x.status, x.bytesOut, x.start, x.elapsed = 200, 27, time.Now(), 180*time.Microsecond
-	b.ReportAllocs()
-	for b.Loop() {
-		g.logAccess(x)
-	}
+	benchmarkAccessLine(b, g, x)
 }

@@ -273,10 +273,7 @@ func (c *clientConn) Write(p []byte) (int, error) {
 // already past) still writes them.
 func (c *clientConn) readWithPending(p []byte) (int, error) {
 	r := c.raw
-	r.p, r.n, r.err, r.partial, r.claimed = p, 0, nil, false, false
-	r.claim = &c.hasPending
-	err := r.rc.Read(r.fn)
-	r.p, r.claim = nil, nil
+	err := r.read(p, &c.hasPending)
 	rest := r.pending
 	r.pending = nil
 	if r.claimed {

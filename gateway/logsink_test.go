@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -136,36 +134,18 @@ func TestAccessLinesThroughSink(t *testing.T) {
 // BenchmarkAccessLine is the cost of one access line through the sink's core (encoding and
 // buffering; the sink writes to io.Discard), on a real connection's exchange.
 func BenchmarkAccessLine(b *testing.B) {
-	cfg := loadConfig(b, "", upstreamRoute("/api", "127.0.0.1:1", ""))
-	cfg.Log.Access = true
-	sink := NewLogSink(io.Discard, LogBufferBytes, LogFlushInterval)
-	defer sink.Close()
-	g, err := New(cfg, zap.New(sink.Core(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zap.InfoLevel)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer client.Close()
-	server, err := ln.Accept()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer server.Close()
-	cc := &clientConn{Conn: server}
-	x := &cc.x
-	x.conn, x.g, x.stats = cc, g, g.none
+	g, x := accessExchange(b, func(s *LogSink) zapcore.Core {
+		return s.Core(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zap.InfoLevel)
+	})
+	benchmarkAccessLine(b, g, x)
+}
+
+// benchmarkAccessLine logs one typical request's line per iteration.
+func benchmarkAccessLine(b *testing.B, g *Gateway, x *exchange) {
 	x.reqID = append(x.reqID[:0], "5f2a9c1e0b7d-1a2b"...)
 	x.method = append(x.method[:0], "GET"...)
 	x.path = append(x.path[:0], "/api/users/42"...)
-	x.status, x.bytesOut, x.elapsed = 200, 27, 180*time.Microsecond
+	x.status, x.bytesOut, x.start, x.elapsed = 200, 27, time.Now(), 180*time.Microsecond
 	b.ReportAllocs()
 	for b.Loop() {
 		g.logAccess(x)

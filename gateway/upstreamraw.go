@@ -73,9 +73,7 @@ func (c *upstreamConn) deferWrite(b []byte) bool {
 // readWithPending writes the deferred request, waits for the socket and reads into p.
 func (c *upstreamConn) readWithPending(p []byte) (int, error) {
 	r := c.raw
-	r.p, r.n, r.err, r.partial = p, 0, nil, false
-	err := r.rc.Read(r.fn)
-	r.p = nil
+	err := r.read(p, nil)
 	if err != nil {
 		// The wait failed: the header deadline passed (or abort moved it), or the socket closed.
 		r.pending = nil
@@ -93,6 +91,15 @@ func (c *upstreamConn) readWithPending(p []byte) (int, error) {
 	}
 	r.pending = nil
 	return r.n, r.err
+}
+
+// read runs one RawConn.Read: pending written first (claimed through claim when it is not
+// nil), then p read; the result is in n, err and partial. It returns the wait's own error.
+func (r *rawPath) read(p []byte, claim *atomic.Bool) error {
+	r.p, r.n, r.err, r.partial, r.claim, r.claimed = p, 0, nil, false, claim, false
+	err := r.rc.Read(r.fn)
+	r.p, r.claim = nil, nil
+	return err
 }
 
 // readRaw is the RawConn.Read callback: the first call writes the pending request and asks to

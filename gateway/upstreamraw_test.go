@@ -11,20 +11,7 @@ import (
 // rawPair returns a client *net.TCPConn with its raw path and the server's side of it.
 func rawPair(t *testing.T) (*net.TCPConn, *rawPath, *int64, net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(); _ = s.Close() })
+	c, s := tcpPair(t)
 	written := new(int64)
 	r := newRawPath(c, written)
 	if r == nil {
@@ -36,8 +23,7 @@ func rawPair(t *testing.T) (*net.TCPConn, *rawPath, *int64, net.Conn) {
 // readRawOnce runs one write-then-wait read of pending into p.
 func readRawOnce(r *rawPath, pending, p []byte) (int, error) {
 	r.pending = pending
-	r.p, r.n, r.err, r.partial = p, 0, nil, false
-	if err := r.rc.Read(r.fn); err != nil {
+	if err := r.read(p, nil); err != nil {
 		return 0, err
 	}
 	return r.n, r.err
