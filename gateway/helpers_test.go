@@ -290,3 +290,15 @@ func tcpPair(t testing.TB) (client, server net.Conn) {
 	t.Cleanup(func() { _ = client.Close(); _ = server.Close() })
 	return client, server
 }
+
+// waitUntil polls cond every 5 ms until it holds or d has passed, and reports whether it held.
+func waitUntil(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}

@@ -158,16 +158,9 @@ func TestProxyProtocolAllowList(t *testing.T) {
 
 func waitForValue(t *testing.T, get func() string, want string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got := get()
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("value %s, want %s", got, want)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var got string
+	if !waitUntil(5*time.Second, func() bool { got = get(); return got == want }) {
+		t.Fatalf("value %s, want %s", got, want)
 	}
 }
 

@@ -113,7 +113,7 @@ func (r *rawPath) readRaw(fd uintptr) bool {
 		r.claim = nil
 	}
 	for len(r.pending) > 0 {
-		n, err := syscall.Write(int(fd), r.pending)
+		n, err := nbWrite(fd, r.pending)
 		if n > 0 {
 			*r.written += int64(n)
 			r.pending = r.pending[n:]
@@ -138,7 +138,7 @@ func (r *rawPath) readRaw(fd uintptr) bool {
 		return true
 	}
 	for {
-		n, err := syscall.Read(int(fd), r.p)
+		n, err := nbRead(fd, r.p)
 		switch {
 		case err == syscall.EINTR:
 			continue

@@ -114,7 +114,7 @@ func newPeeker(c any) *peeker {
 }
 
 func (p *peeker) control(fd uintptr) {
-	n, _, err := syscall.Recvfrom(int(fd), p.buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	n, err := nbPeek(fd, p.buf[:])
 	switch {
 	case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK || err == syscall.EINTR:
 		p.state = peekNothing
