@@ -1,6 +1,11 @@
 package gateway
 
 import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
 	"syscall"
 	"unsafe"
 )
@@ -51,4 +56,122 @@ func nbPeek(fd uintptr, p []byte) (int, error) {
 		return 0, e
 	}
 	return int(n), nil
+}
+
+// nbConn is a plain TCP socket whose Read and Write make the raw calls above: the socket below
+// a TLS layer (windowedSocket, at the client's accept and the upstream's dial), which the raw
+// path cannot serve because TLS reads whole records through its own buffer. Its semantics are
+// net.Conn's: Read tries the socket first and then waits under the read deadline, Write writes
+// everything, waiting under the write deadline when the socket's buffer is full, and their
+// errors are the *net.OpError that net.TCPConn returns. One Read and one Write at a time own
+// their half of the state (rmu, wmu), as the poller serializes them anyway.
+type nbConn struct {
+	*net.TCPConn
+	rc syscall.RawConn
+
+	rmu  sync.Mutex
+	rfn  func(fd uintptr) bool // readFD, bound once (no allocation per call)
+	rp   []byte
+	rn   int
+	rerr error
+
+	wmu  sync.Mutex
+	wfn  func(fd uintptr) bool // writeFD
+	wp   []byte
+	wn   int
+	werr error
+}
+
+// nonBlockingSocket returns c as an nbConn when it is a *net.TCPConn, else c itself.
+func nonBlockingSocket(c net.Conn) net.Conn {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return c
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return c
+	}
+	s := &nbConn{TCPConn: tc, rc: rc}
+	s.rfn, s.wfn = s.readFD, s.writeFD
+	return s
+}
+
+func (s *nbConn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	s.rp, s.rn, s.rerr = p, 0, nil
+	err := s.rc.Read(s.rfn)
+	s.rp = nil
+	if err != nil {
+		return 0, s.opError("read", err)
+	}
+	return s.rn, s.rerr
+}
+
+func (s *nbConn) readFD(fd uintptr) bool {
+	for {
+		n, err := nbRead(fd, s.rp)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			return false // wait for the socket
+		case err != nil:
+			s.rerr = s.opError("read", os.NewSyscallError("read", err))
+		case n == 0:
+			s.rerr = io.EOF
+		default:
+			s.rn = n
+		}
+		return true
+	}
+}
+
+func (s *nbConn) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.wp, s.wn, s.werr = p, 0, nil
+	err := s.rc.Write(s.wfn)
+	s.wp = nil
+	if err != nil && s.werr == nil {
+		s.werr = s.opError("write", err)
+	}
+	return s.wn, s.werr
+}
+
+func (s *nbConn) writeFD(fd uintptr) bool {
+	for len(s.wp) > 0 {
+		n, err := nbWrite(fd, s.wp)
+		if n > 0 {
+			s.wn += n
+			s.wp = s.wp[n:]
+		}
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			return false // wait until the socket takes more
+		case err != nil:
+			s.werr = s.opError("write", os.NewSyscallError("write", err))
+			return true
+		}
+	}
+	return true
+}
+
+// opError wraps err as net.TCPConn's Read and Write do; the poller's own errors (a deadline,
+// a closed connection) come from RawConn wrapped once already, as "raw-read" or "raw-write".
+func (s *nbConn) opError(op string, err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		err = oe.Err
+	}
+	return &net.OpError{Op: op, Net: "tcp", Source: s.LocalAddr(), Addr: s.RemoteAddr(), Err: err}
 }

@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"errors"
+	"io"
 	"net"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -74,5 +76,64 @@ func TestNonBlockingCalls(t *testing.T) {
 	onFD(t, c, func(fd uintptr) { n, err = nbRead(fd, buf) })
 	if n != 0 || err != nil {
 		t.Fatalf("read after the peer closed: %d, %v; want 0, nil (end of stream)", n, err)
+	}
+}
+
+// nbConn keeps net.TCPConn's semantics: a read waits for bytes and ends at the read deadline
+// with a timeout *net.OpError; a write larger than the socket buffers waits until the peer
+// reads, and one the peer never reads ends at the write deadline with the bytes the socket
+// took; the end of the stream is io.EOF.
+func TestNonBlockingConn(t *testing.T) {
+	c, s := tcpPair(t)
+	nc, ok := nonBlockingSocket(c).(*nbConn)
+	if !ok {
+		t.Fatal("a *net.TCPConn did not become an nbConn")
+	}
+
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		_, _ = s.Write([]byte("late"))
+	}()
+	_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 16)
+	n, err := nc.Read(buf)
+	if string(buf[:n]) != "late" || err != nil {
+		t.Fatalf("read %q, %v; want late", buf[:n], err)
+	}
+
+	_ = nc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	n, err = nc.Read(buf)
+	var oe *net.OpError
+	if n != 0 || !errors.As(err, &oe) || oe.Op != "read" || !oe.Timeout() || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past the deadline: %d, %v; want a read timeout", n, err)
+	}
+
+	big := make([]byte, 16<<20) // far more than both socket buffers hold
+	got := make(chan int64, 1)
+	go func() {
+		n, _ := io.CopyN(io.Discard, s, int64(len(big)))
+		got <- n
+	}()
+	_ = nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if n, err := nc.Write(big); n != len(big) || err != nil {
+		t.Fatalf("write: %d, %v; want all %d bytes", n, err, len(big))
+	}
+	if n := <-got; n != int64(len(big)) {
+		t.Fatalf("peer read %d bytes", n)
+	}
+
+	_ = nc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	n, err = nc.Write(big) // nobody reads now
+	if n <= 0 || n >= len(big) || !errors.As(err, &oe) || oe.Op != "write" || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("write nobody reads: %d, %v; want part of it and a write timeout", n, err)
+	}
+
+	// A peer that closes with nothing unread (the one above would reset): the end of stream.
+	c2, s2 := tcpPair(t)
+	nc2 := nonBlockingSocket(c2)
+	_ = s2.Close()
+	_ = nc2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := nc2.Read(buf); n != 0 || err != io.EOF {
+		t.Fatalf("read after the peer closed: %d, %v; want io.EOF", n, err)
 	}
 }

@@ -115,7 +115,7 @@ func (l windowListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &windowedSocket{Conn: c}, nil
+	return &windowedSocket{Conn: nonBlockingSocket(c)}, nil
 }
 
 // windowedSocket is the socket below a client's TLS layer. Once the gateway's connection

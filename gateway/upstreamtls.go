@@ -55,7 +55,7 @@ func upstreamTLSConfig(r *conf.Route) (*tls.Config, error) {
 // connection's sliding write window below TLS, where a write blocked past its deadline can be
 // judged by the bytes the upstream acknowledged (SPEC 5), as on a plain connection.
 func upstreamHandshake(c net.Conn, cfg *tls.Config, deadline time.Time) (net.Conn, error) {
-	tc := tls.Client(&windowedSocket{Conn: c}, cfg)
+	tc := tls.Client(&windowedSocket{Conn: nonBlockingSocket(c)}, cfg)
 	if err := c.SetDeadline(deadline); err != nil {
 		c.Close()
 		return nil, &tlsHandshakeError{err: err}
