@@ -84,17 +84,46 @@ type nbConn struct {
 
 // nonBlockingSocket returns c as an nbConn when it is a *net.TCPConn, else c itself.
 func nonBlockingSocket(c net.Conn) net.Conn {
-	tc, ok := c.(*net.TCPConn)
+	tc, rc, ok := socketOf(c)
 	if !ok {
-		return c
-	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
 		return c
 	}
 	s := &nbConn{TCPConn: tc, rc: rc}
 	s.rfn, s.wfn = s.readFD, s.writeFD
 	return s
+}
+
+// socketOf returns c's RawConn when c is the kernel's socket itself: a wrapper (the PROXY
+// protocol's, TLS) may hold bytes read from it that the socket no longer has.
+func socketOf(c net.Conn) (*net.TCPConn, syscall.RawConn, bool) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return nil, nil, false
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return nil, nil, false
+	}
+	return tc, rc, true
+}
+
+// nbReadStep reads once into p: again when the socket has nothing yet (EAGAIN; EINTR is
+// retried), else the bytes read, io.EOF at the end of the stream, or the call's error.
+func nbReadStep(fd uintptr, p []byte) (n int, again bool, err error) {
+	for {
+		n, err := nbRead(fd, p)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			return 0, true, nil
+		case err != nil:
+			return 0, false, os.NewSyscallError("read", err)
+		case n == 0 && len(p) > 0:
+			return 0, false, io.EOF
+		}
+		return n, false, nil
+	}
 }
 
 func (s *nbConn) Read(p []byte) (int, error) {
@@ -113,22 +142,17 @@ func (s *nbConn) Read(p []byte) (int, error) {
 }
 
 func (s *nbConn) readFD(fd uintptr) bool {
-	for {
-		n, err := nbRead(fd, s.rp)
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
-			return false // wait for the socket
-		case err != nil:
-			s.rerr = s.opError("read", os.NewSyscallError("read", err))
-		case n == 0:
-			s.rerr = io.EOF
-		default:
-			s.rn = n
-		}
-		return true
+	n, again, err := nbReadStep(fd, s.rp)
+	switch {
+	case again:
+		return false // wait for the socket
+	case err == io.EOF:
+		s.rerr = err
+	case err != nil:
+		s.rerr = s.opError("read", err)
 	}
+	s.rn = n
+	return true
 }
 
 func (s *nbConn) Write(p []byte) (int, error) {

@@ -45,14 +45,8 @@ type rawPath struct {
 
 // newRawPath returns the raw path of c, or nil when c is not a plain socket.
 func newRawPath(c net.Conn, written *int64) *rawPath {
-	// Only the kernel's socket itself: a wrapper (the PROXY protocol's, TLS) may hold bytes
-	// read from it that the socket no longer has.
-	sc, ok := c.(*net.TCPConn)
+	_, rc, ok := socketOf(c) // only the kernel's socket itself
 	if !ok {
-		return nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
 		return nil
 	}
 	r := &rawPath{rc: rc, written: written}
@@ -137,21 +131,16 @@ func (r *rawPath) readRaw(fd uintptr) bool {
 	if r.partial {
 		return true
 	}
-	for {
-		n, err := nbRead(fd, r.p)
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
-			r.eagain++
-			return false
-		case err != nil:
-			r.err = &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", err)}
-		case n == 0 && len(r.p) > 0:
-			r.err = io.EOF
-		default:
-			r.n = n
-		}
-		return true
+	n, again, err := nbReadStep(fd, r.p)
+	switch {
+	case again:
+		r.eagain++
+		return false
+	case err == io.EOF:
+		r.err = err
+	case err != nil:
+		r.err = &net.OpError{Op: "read", Net: "tcp", Err: err}
 	}
+	r.n = n
+	return true
 }
