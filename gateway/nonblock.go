@@ -29,6 +29,8 @@ import (
 // The buffer's address is converted in the call expression itself, as unsafe.Pointer's rule
 // for system calls requires, so that the buffer stays alive and in place during the call.
 // Anything that may block (a connect, a close with linger, a file) keeps the ordinary calls.
+// Under the race detector the calls report their buffers and an order from writes to reads,
+// as syscall.Read and syscall.Write do (nonblock_race.go).
 
 // nbRead is read(2) on a non-blocking socket.
 func nbRead(fd uintptr, p []byte) (int, error) {
@@ -36,11 +38,13 @@ func nbRead(fd uintptr, p []byte) (int, error) {
 	if e != 0 {
 		return 0, e
 	}
+	raceRead(p, int(n))
 	return int(n), nil
 }
 
 // nbWrite is write(2) on a non-blocking socket.
 func nbWrite(fd uintptr, p []byte) (int, error) {
+	raceWrite(p)
 	n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
 	if e != 0 {
 		return 0, e
@@ -55,6 +59,7 @@ func nbPeek(fd uintptr, p []byte) (int, error) {
 	if e != 0 {
 		return 0, e
 	}
+	raceRead(p, int(n))
 	return int(n), nil
 }
 

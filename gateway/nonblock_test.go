@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -135,5 +136,54 @@ func TestNonBlockingConn(t *testing.T) {
 	_ = nc2.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if n, err := nc2.Read(buf); n != 0 || err != io.EOF {
 		t.Fatalf("read after the peer closed: %d, %v; want io.EOF", n, err)
+	}
+}
+
+// Both places a TLS layer is set up put it on an nbConn: the listener's accept
+// (windowListener) and the upstream handshake.
+func TestTLSSocketsAreNonBlocking(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	wl := windowListener{ln}
+	dialed := make(chan net.Conn, 1)
+	go func() {
+		c, _ := net.Dial("tcp", ln.Addr().String())
+		dialed <- c
+	}()
+	c, err := wl.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if cc := <-dialed; cc != nil {
+		defer cc.Close()
+	}
+	if ws, ok := c.(*windowedSocket); !ok {
+		t.Fatalf("accepted %T, want *windowedSocket", c)
+	} else if _, ok := ws.Conn.(*nbConn); !ok {
+		t.Fatalf("the accepted socket below TLS is %T, want *nbConn", ws.Conn)
+	}
+
+	pki := newTestPKI(t)
+	cert, _, _ := pki.issue(t, "upstream", "127.0.0.1")
+	addr := startTLSUpstream(t, cert)
+	raw, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := upstreamHandshake(raw, &tls.Config{RootCAs: pki.pool, ServerName: "127.0.0.1"}, time.Now().Add(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	ws, ok := tc.(*tls.Conn).NetConn().(*windowedSocket)
+	if !ok {
+		t.Fatalf("the upstream TLS layer is on %T, want *windowedSocket", tc.(*tls.Conn).NetConn())
+	}
+	if _, ok := ws.Conn.(*nbConn); !ok {
+		t.Fatalf("the upstream socket below TLS is %T, want *nbConn", ws.Conn)
 	}
 }
