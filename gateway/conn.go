@@ -192,7 +192,7 @@ func (c *clientConn) flushPendingClosing() {
 
 // claimPending takes the waiting response end, or nil: whoever clears hasPending owns it.
 func (c *clientConn) claimPending() *[]byte {
-	if !c.hasPending.CompareAndSwap(true, false) {
+	if !c.hasPending.Load() || !c.hasPending.CompareAndSwap(true, false) {
 		return nil
 	}
 	return c.pending

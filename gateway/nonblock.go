@@ -131,6 +131,23 @@ func nbReadStep(fd uintptr, p []byte) (n int, again bool, err error) {
 	}
 }
 
+// nbWriteStep writes p once (EINTR is retried): the bytes the socket took, again when it took
+// none because its buffer is full (EAGAIN), or the call's error.
+func nbWriteStep(fd uintptr, p []byte) (n int, again bool, err error) {
+	for {
+		n, err := nbWrite(fd, p)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			return 0, true, nil
+		case err != nil:
+			return 0, false, os.NewSyscallError("write", err)
+		}
+		return n, false, nil
+	}
+}
+
 func (s *nbConn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
@@ -177,18 +194,14 @@ func (s *nbConn) Write(p []byte) (int, error) {
 
 func (s *nbConn) writeFD(fd uintptr) bool {
 	for len(s.wp) > 0 {
-		n, err := nbWrite(fd, s.wp)
-		if n > 0 {
-			s.wn += n
-			s.wp = s.wp[n:]
-		}
+		n, again, err := nbWriteStep(fd, s.wp)
+		s.wn += n
+		s.wp = s.wp[n:]
 		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
+		case again:
 			return false // wait until the socket takes more
 		case err != nil:
-			s.werr = s.opError("write", os.NewSyscallError("write", err))
+			s.werr = s.opError("write", err)
 			return true
 		}
 	}

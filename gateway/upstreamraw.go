@@ -3,7 +3,6 @@ package gateway
 import (
 	"io"
 	"net"
-	"os"
 	"sync/atomic"
 	"syscall"
 )
@@ -106,23 +105,16 @@ func (r *rawPath) readRaw(fd uintptr) bool {
 		r.claimed = r.pending != nil
 		r.claim = nil
 	}
-	for len(r.pending) > 0 {
-		n, err := nbWrite(fd, r.pending)
-		if n > 0 {
-			*r.written += int64(n)
-			r.pending = r.pending[n:]
-		}
+	if len(r.pending) > 0 {
+		n, again, err := nbWriteStep(fd, r.pending)
+		*r.written += int64(n)
+		r.pending = r.pending[n:]
 		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
-			r.partial = true
-			return true
 		case err != nil:
 			r.pending = nil
-			r.err = &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", err)}
+			r.err = &net.OpError{Op: "write", Net: "tcp", Err: err}
 			return true
-		case len(r.pending) > 0:
+		case again, len(r.pending) > 0:
 			r.partial = true
 			return true
 		}
