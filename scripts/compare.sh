@@ -17,7 +17,7 @@
 # the end.
 #
 # Placement: the proxy and the upstream share core PROXY_CPU (taskset), the load generators run
-# on core LOAD_CPU. Configurations: loadtest/peers/ (documented there and in BENCHMARKS.md).
+# on core LOAD_CPU. Configurations: loadtest/peers/ (documented there and in docs/benchmarks.md).
 # Every process this script starts is stopped on exit (trap). Only 127.0.0.1 is targeted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
