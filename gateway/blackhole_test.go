@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"toron/socket"
 )
 
 // blackholeAddr returns a loopback address whose listener never accepts and whose accept queue
@@ -32,7 +34,7 @@ func blackholeAddr(t *testing.T) string {
 	for range 16 {
 		c, err := net.DialTimeout("tcp", addr, 300*time.Millisecond)
 		if err != nil {
-			if isTimeout(err) {
+			if socket.IsTimeout(err) {
 				return addr
 			}
 			t.Fatalf("filling the accept queue of %s: %v", addr, err)

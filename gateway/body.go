@@ -11,6 +11,7 @@ import (
 
 	"toron/conf"
 	"toron/limits"
+	"toron/socket"
 	"toron/streaming"
 	"toron/timeouts"
 )
@@ -365,7 +366,7 @@ func (s *respStream) CloseWithError(err error) error {
 		x.reason = reasonUpstreamError
 	case err != nil:
 		x.status, x.reason = statusClientClosed, reasonClientAbort
-		if isTimeout(err) || errors.Is(err, timeouts.ErrSlowClient) {
+		if socket.IsTimeout(err) || errors.Is(err, timeouts.ErrSlowClient) {
 			x.reason = reasonSlowClient
 		}
 	}

@@ -1,18 +1,19 @@
+// This file owns the client connection: the gateway's listener (accounting, the close of
+// what is left at shutdown), clientConn with its read and write windows, the deferred end of
+// a response on a plain socket, and the lingering close.
 package gateway
 
 import (
 	"context"
-	"errors"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
+	"toron/socket"
 	"toron/timeouts"
 )
 
@@ -46,9 +47,9 @@ func (l *listener) Accept() (net.Conn, error) {
 	}
 	cc := &clientConn{Conn: c, ln: l, activeAt: time.Now()}
 	cc.x.conn = cc
-	cc.windowBelow = attachWriteWindow(c, &cc.writeWin, nil) // TLS: the window runs below it
+	cc.windowBelow = socket.AttachWriteWindow(c, &cc.writeWin, nil) // TLS: the window runs below it
 	if !cc.windowBelow {
-		cc.raw = newRawPath(c, &cc.rawCount)
+		cc.raw = socket.NewRawPath(c, &cc.rawCount)
 	}
 	// The first request's line and headers must arrive within read_timeout of the accept.
 	_ = cc.SetReadDeadline(cc.activeAt.Add(l.g.snap.Load().cfg.Server.ReadTimeout))
@@ -94,14 +95,6 @@ func (l *listener) forget(c *clientConn) {
 	l.open.Add(-1)
 }
 
-// Lingering close: a rejection sent while the client is still sending its body reaches the client
-// as a reset (the kernel answers unread data with RST) unless the connection is half-closed and
-// drained briefly first, as Go's net/http closeWriteAndWait does.
-const (
-	lingerTimeout  = 500 * time.Millisecond
-	lingerMaxBytes = 256 << 10
-)
-
 // clientConn is one client connection. fasthttp serves a connection from a single goroutine,
 // one request at a time, so the exchange embedded here is the state of the request in progress:
 // decided in the HeaderReceived hook, used by the handler and the error handler, and released by
@@ -132,12 +125,12 @@ type clientConn struct {
 	deadlineSets int64
 	// remote is RemoteAddr().String(), made once for the connection's access lines.
 	remote string
-	// windowBelow: writeWin is applied below TLS, by the socket (tls.go, windowedSocket).
+	// windowBelow: writeWin is applied below TLS, by the socket (socket.Windowed).
 	windowBelow bool
-	// raw is the socket of a plain TCP client connection (upstreamraw.go): the last write of a
+	// raw is the socket of a plain TCP client connection (socket.RawPath): the last write of a
 	// response waits in pending (a pooled copy) for the read of the next request, which writes
 	// it and then waits, saving the read that would find nothing (deferResponseEnd).
-	raw       *rawPath
+	raw       *socket.RawPath
 	deferNext bool // the response is complete: its next write is its last
 	pending   *[]byte
 	// hasPending is set while pending waits; whoever clears it (the next read, or a close,
@@ -164,7 +157,7 @@ func (c *clientConn) flushPending() error {
 	if b == nil {
 		return nil
 	}
-	_, err := writeInWindow(c.Conn, &c.writeWin, *b, nil)
+	_, err := socket.WriteInWindow(c.Conn, &c.writeWin, *b, nil)
 	releasePending(b)
 	return err
 }
@@ -257,121 +250,49 @@ func (c *clientConn) Write(p []byte) (int, error) {
 			b := pendingPool.Get().(*[]byte)
 			*b = append((*b)[:0], p...)
 			c.pending = b
-			c.raw.pending = *b
+			c.raw.Pending = *b
 			c.hasPending.Store(true)
 			return len(p), nil
 		}
 	}
-	return writeInWindow(c.Conn, &c.writeWin, p, nil)
+	return socket.WriteInWindow(c.Conn, &c.writeWin, p, nil)
 }
 
 // readWithPending writes the response end that waited and reads the next request in one
-// RawConn.Read call (upstreamraw.go). The callback claims the bytes (hasPending) while it
+// RawConn.Read call (socket.RawPath). The callback claims the bytes (hasPending) while it
 // holds the socket, so that a Close from another goroutine either wrote them already or waits
 // for this write before the socket closes. A socket that takes only part of them gets the rest
 // under the write window, as any write; a read that fails before the callback ran (a deadline
 // already past) still writes them.
 func (c *clientConn) readWithPending(p []byte) (int, error) {
 	r := c.raw
-	err := r.read(p, &c.hasPending)
-	rest := r.pending
-	r.pending = nil
-	if r.claimed {
+	err := r.WriteRead(p, &c.hasPending)
+	rest := r.Pending
+	r.Pending = nil
+	if r.Claimed {
 		defer releasePending(c.pending)
 	} else if b := c.claimPending(); b != nil {
 		// The callback never ran: the bytes are still to be written.
 		defer releasePending(b)
 		rest = *b
-		r.partial = true
+		r.Partial = true
 		err = nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	if r.partial {
+	if r.Partial {
 		if len(rest) > 0 {
-			if _, err := writeInWindow(c.Conn, &c.writeWin, rest, nil); err != nil {
+			if _, err := socket.WriteInWindow(c.Conn, &c.writeWin, rest, nil); err != nil {
 				return 0, err
 			}
 		}
 		return c.Read(p)
 	}
-	if r.err == nil && !c.bodyPhase {
-		c.headBytes += int64(r.n)
+	if r.Err == nil && !c.bodyPhase {
+		c.headBytes += int64(r.N)
 	}
-	return r.n, r.err
-}
-
-// writeInWindow writes p to conn under the sliding write window w, for both ends of a
-// proxied request (clientConn, upstreamConn). A write whose deadline passed is judged by what
-// the peer acknowledged meanwhile (w.Stalled, from unackedBytes) and goes on while the peer
-// reads. The window's verdict is returned: ErrStalled, ErrSlowClient or the socket's error.
-// interrupted, when not nil, is checked before each write and after a failed one: set, it ends
-// the write with errClientLeft (upstreamConn.abort sets it together with a deadline in the past,
-// which a stall must not be mistaken for).
-func writeInWindow(conn net.Conn, w *timeouts.Window, p []byte, interrupted *atomic.Bool) (int, error) {
-	return writeInWindowV(conn, w, p, nil, interrupted)
-}
-
-// writeInWindowV is writeInWindow for p, or, when v is not nil, for the buffers of v in one
-// writev(2) each attempt (a chunk's size line and its data, chunkWriter). v is consumed.
-func writeInWindowV(conn net.Conn, w *timeouts.Window, p []byte, v *net.Buffers, interrupted *atomic.Bool) (int, error) {
-	written := 0
-	for {
-		start := time.Now()
-		if d, ok := w.Before(start); ok {
-			if err := conn.SetWriteDeadline(d); err != nil {
-				return written, err
-			}
-		}
-		if interrupted != nil && interrupted.Load() {
-			return written, errClientLeft
-		}
-		var n int
-		var err error
-		if v != nil {
-			var n64 int64
-			n64, err = v.WriteTo(conn)
-			n = int(n64)
-		} else {
-			n, err = conn.Write(p[written:])
-		}
-		written += n
-		end := time.Now()
-		// A write that timed out on a TLS connection cannot go on (isTLSConn): the window's
-		// verdict stands. (Both ends run their window below TLS instead, windowedSocket; this is
-		// the safety net for a TLS connection that was not set up that way.)
-		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || w.Timeout <= 0 || isTLSConn(conn) {
-			return written, w.After(start, end, n, err)
-		}
-		if interrupted != nil && interrupted.Load() {
-			return written, errClientLeft
-		}
-		if werr := w.Stalled(start, end, n, unackedBytes(conn)); werr != nil {
-			return written, werr
-		}
-	}
-}
-
-// unackedBytes returns the bytes written to c that the peer has not acknowledged yet
-// (SIOCOUTQ), -1 if the kernel cannot tell.
-func unackedBytes(c net.Conn) int64 {
-	sc, ok := rawConn(c).(syscall.Conn)
-	if !ok {
-		return -1
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return -1
-	}
-	var queued int32
-	var errno syscall.Errno
-	if err := rc.Control(func(fd uintptr) {
-		_, _, errno = syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCOUTQ, uintptr(unsafe.Pointer(&queued)))
-	}); err != nil || errno != 0 {
-		return -1
-	}
-	return int64(queued)
+	return r.N, r.Err
 }
 
 // Close releases whatever the request in progress still holds, then closes the connection,
@@ -383,7 +304,9 @@ func (c *clientConn) Close() error {
 	c.flushPendingClosing()
 	c.x.abandon()
 	if c.linger.Load() {
-		c.lingerClose()
+		// The socket below TLS: a *net.TCPConn, or a connection of the PROXY protocol listener
+		// over one (the half-close must not be TLS's close_notify).
+		socket.LingerClose(socket.Below(c.Conn))
 	}
 	err := c.Conn.Close()
 	c.ln.forget(c)
@@ -394,37 +317,8 @@ func (c *clientConn) Close() error {
 // runs Close itself.
 func (c *clientConn) forceClose() {
 	// The socket itself, below TLS: crypto/tls's Close would first try to send close_notify.
-	_ = rawConn(c.Conn).Close()
+	_ = socket.Below(c.Conn).Close()
 }
-
-func (c *clientConn) lingerClose() {
-	// The socket below TLS: a *net.TCPConn, or a connection of the PROXY protocol listener
-	// over one (the half-close must not be TLS's close_notify).
-	tc, ok := rawConn(c.Conn).(interface {
-		net.Conn
-		CloseWrite() error
-	})
-	if !ok {
-		return
-	}
-	if tc.CloseWrite() != nil {
-		return
-	}
-	if tc.SetReadDeadline(time.Now().Add(lingerTimeout)) != nil {
-		return
-	}
-	buf := lingerBufPool.Get().(*[]byte)
-	defer lingerBufPool.Put(buf)
-	for total := 0; total < lingerMaxBytes; {
-		n, err := tc.Read(*buf)
-		total += n
-		if err != nil {
-			return
-		}
-	}
-}
-
-var lingerBufPool = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
 // onConnState is fasthttp's ConnState hook, called on the connection's own goroutine. It arms
 // the deadlines of SPEC 5 that fasthttp would otherwise fix at startup: a request whose first

@@ -4,13 +4,14 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
 	"syscall"
 
 	"github.com/valyala/fasthttp"
 
 	"toron/limits"
+	"toron/socket"
 	"toron/timeouts"
+	up "toron/upstream"
 )
 
 // rejection is a status the gateway answers itself, with its JSON body (SPEC 3: one key,
@@ -62,6 +63,8 @@ var (
 		"502 Bad Gateway: upstream closed the connection before its response headers", false)
 	rejUpstreamWriteTimeout = newRejection(fasthttp.StatusBadGateway, reasonUpstreamError,
 		"502 Bad Gateway: upstream stopped reading the request", false)
+	rejUpstreamTLS = newRejection(fasthttp.StatusBadGateway, reasonUpstreamError,
+		"502 Bad Gateway: upstream TLS handshake failed", false)
 	rejUpstreamBad = newRejection(fasthttp.StatusBadGateway, reasonUpstreamError,
 		"502 Bad Gateway: upstream response could not be read", false)
 	rejExpectation = newRejection(fasthttp.StatusExpectationFailed, reasonBadRequest,
@@ -88,19 +91,19 @@ func admissionRejection(err error) *rejection {
 // upstreamRejection maps an error of the upstream exchange (before response headers) to its
 // answer: 504 for the header timeout, 502 for everything else (SPEC 3 step 9).
 func upstreamRejection(err error) *rejection {
-	var dialErr *dialError
+	var dialErr *up.DialError
 	switch {
-	case errors.As(err, new(*tlsHandshakeError)):
+	case errors.As(err, new(*up.TLSHandshakeError)):
 		return rejUpstreamTLS
-	case errors.Is(err, errPoolExhausted):
+	case errors.Is(err, up.ErrPoolExhausted):
 		return rejUpstreamDialTimeout
 	case errors.As(err, &dialErr):
 		switch {
-		case isTLSHandshakeError(dialErr.err):
+		case up.IsTLSHandshakeError(dialErr.Err):
 			return rejUpstreamTLS
-		case isTimeout(dialErr.err):
+		case socket.IsTimeout(dialErr.Err):
 			return rejUpstreamDialTimeout
-		case errors.Is(dialErr.err, syscall.ECONNREFUSED):
+		case errors.Is(dialErr.Err, syscall.ECONNREFUSED):
 			return rejUpstreamRefused
 		}
 		// A connect can also end in a reset: the upstream accepted and reset the connection
@@ -111,11 +114,11 @@ func upstreamRejection(err error) *rejection {
 		// The connection ended inside the response headers.
 		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return rejUpstreamReset
-	case errors.As(err, new(*writeStallError)):
+	case errors.As(err, new(*up.WriteStallError)):
 		return rejUpstreamWriteTimeout
-	case errors.Is(err, fasthttp.ErrTimeout) || isTimeout(err):
+	case errors.Is(err, fasthttp.ErrTimeout) || socket.IsTimeout(err):
 		// The only read deadline on an upstream connection before the response is the header
-		// timeout (upstreamConn.Read); write stalls were told apart above.
+		// timeout (up.Conn.Read); write stalls were told apart above.
 		return rejUpstreamTimeout
 	}
 	return rejUpstreamBad
@@ -131,18 +134,10 @@ func clientErrorRejection(err error) *rejection {
 		return rejHeaderTooLarge
 	case errors.Is(err, timeouts.ErrSlowClient):
 		return rejSlowClient
-	case isTimeout(err):
+	case socket.IsTimeout(err):
 		return rejReadTimeout
 	}
 	return rejBadRequest
-}
-
-func isTimeout(err error) bool {
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return true
-	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // isClientGone reports an error that means the client closed or reset its connection.

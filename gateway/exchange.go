@@ -73,17 +73,17 @@ type exchange struct {
 	// upReusable (the response allows keep-alive) and upDone (its body was read to the end)
 	// decide whether the connection goes back to the pool. watch is the client watch of an
 	// elevated request; watchGone says its client left (the connection must not be reused).
-	upConn     *upstreamConn
-	upTarget   *up.Target    // the target that serves the request, between Pick and Done
-	upPool     *upstreamPool // its connection pool, while upSlot
-	upStatus   int           // the status of the upstream's response head
-	upAddr     string        // the target's host:port, for the access log
+	upConn     *up.Conn
+	upTarget   *up.Target // the target that serves the request, between Pick and Done
+	upPool     *up.Pool   // its connection pool, while upSlot
+	upStatus   int        // the status of the upstream's response head
+	upAddr     string     // the target's host:port, for the access log
 	upSlot     bool
 	upReusable bool
 	upDone     bool
-	watch      *clientWatch
+	watch      *up.Watch
 	watchGone  bool
-	head       []byte // the upstream request head, built for each request
+	out        up.Outbound // the upstream request head's buffer, the streamed body, the watch
 	body       bodyReader
 	rs         respStream
 
@@ -179,20 +179,20 @@ func (x *exchange) finish() {
 	}
 	if w := x.watch; w != nil {
 		// Halted already, unless a panic skipped the proxy's halt.
-		w.halt()
+		w.Halt()
 		x.watch = nil
 	}
 	if c := x.upConn; c != nil {
 		// After the response: the connection goes back to the pool only if its answer was read
 		// to the end, with nothing left over, and the request's body was forwarded whole.
 		bodyOK := x.body.err == nil || errors.Is(x.body.err, io.EOF)
-		x.upPool.put(c, x.upReusable && x.upDone && bodyOK && !x.watchGone)
+		x.upPool.Put(c, x.upReusable && x.upDone && bodyOK && !x.watchGone)
 		x.upConn = nil
 	}
 	x.upReusable, x.upDone, x.watchGone = false, false, false
 	if x.upSlot {
 		x.upSlot = false
-		x.upPool.release()
+		x.upPool.Release()
 	}
 	x.upPool = nil
 	x.doneTarget()

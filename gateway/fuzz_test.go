@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"toron/socket"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -207,9 +209,9 @@ func exchangeWithCanary(t *testing.T, addr string, data []byte, canary string, r
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
 			switch {
-			case isTimeout(err) && answers == 0:
+			case socket.IsTimeout(err) && answers == 0:
 				t.Fatalf("the gateway neither answered nor closed within 5s")
-			case isTimeout(err) && closed != "":
+			case socket.IsTimeout(err) && closed != "":
 				t.Fatalf("the connection stayed open after the gateway's %s", closed)
 			}
 			break

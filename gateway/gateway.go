@@ -78,12 +78,12 @@ type route struct {
 	eff    conf.Effective
 	stats  *routeStats
 	// set is the route's targets and balancer (SPEC 13); each target carries its connection
-	// pool (pool.go) as its attached value.
+	// pool (up.Pool) as its attached value.
 	set *up.Set
 	// host is the Host of a request that came without one (HTTP/1.0): the first target's
 	// host:port, as nginx's proxy_pass names its upstream.
 	host string
-	// tls is the route's upstream TLS configuration (upstreamtls.go), nil for http targets.
+	// tls is the route's upstream TLS configuration (up.TLSConfig), nil for http targets.
 	tls *tls.Config
 	// rl is the route's rate_limit, nil without one (ratelimit.go).
 	rl *routeRateLimit
@@ -94,21 +94,12 @@ type route struct {
 	tun *tunnelStats
 }
 
-// poolOf returns the connection pool of one of the route's targets.
-func poolOf(t *up.Target) *upstreamPool {
-	p, _ := t.Attached().(*upstreamPool)
-	if p == nil {
-		panic("BUG: gateway: upstream target without a connection pool")
-	}
-	return p
-}
-
 // closeIdle closes the idle upstream connections of every target of the route.
 func (r *route) closeIdle() {
 	for _, t := range r.set.Targets() {
 		// A closed Set (shutdown, or a route that left the table) has closed its pools.
-		if p, ok := t.Attached().(*upstreamPool); ok {
-			p.closeIdle()
+		if p, ok := t.Attached().(*up.Pool); ok {
+			p.CloseIdle()
 		}
 	}
 }
@@ -229,16 +220,16 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, er
 			return nil, fmt.Errorf("gateway: route %q: %w", rc.Name, err)
 		}
 		for _, t := range set.Targets() {
-			pp := poolParamsOf(rc, &cfg.Server, t.Addr(), targetTLS(tlsCfg, rc, t.Addr()))
-			cur, _ := t.Attached().(*upstreamPool)
-			if cur != nil && cur.params == pp {
+			pp := poolParamsOf(rc, &cfg.Server, t.Addr(), up.TargetTLS(tlsCfg, rc.TLSServerName, t.Addr()))
+			cur, _ := t.Attached().(*up.Pool)
+			if cur != nil && cur.Params() == pp {
 				continue
 			}
 			// A new target, or settings that changed: a new pool; the old one's connections
 			// close as their requests end.
-			t.Attach(newUpstreamPool(pp, g.resolver.Dial))
+			t.Attach(up.NewPool(pp, g.resolver.Dial, limits.NewWorkerPool(pp.MaxConns)))
 			if cur != nil {
-				cur.retire()
+				cur.Retire()
 			}
 		}
 		st := g.stats.get(rc.Name)

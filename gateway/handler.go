@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"toron/limits"
+	"toron/socket"
 	"toron/timeouts"
 )
 
@@ -25,7 +26,7 @@ import (
 // resets the request and calls ErrorHandler, which writes the stored answer. No body byte is
 // waited for and no upstream is dialed. With Expect: 100-continue fasthttp does not pre-read;
 // onExpect answers the stored rejection instead of 100 Continue. Rejections of requests that
-// announced a body close the connection, after a lingering close (clientConn.lingerClose) so
+// announced a body close the connection, after a lingering close (socket.LingerClose) so
 // the client reads the status rather than a reset.
 
 // preReadFailFast is the read timeout that makes fasthttp's body pre-read fail at once.
@@ -228,7 +229,7 @@ func (g *Gateway) onError(ctx *fasthttp.RequestCtx, err error) {
 		x.reject(clientErrorRejection(err))
 		lingerUnlessTimeout(cc, err)
 		g.writeRejection(ctx, x, x.rej)
-	case cc.headBytes == 0 && isTimeout(err):
+	case cc.headBytes == 0 && socket.IsTimeout(err):
 		// A new connection that never sent a byte (a preconnecting client or load balancer, or
 		// a port scan) is closed without an answer and without counting a request: there was
 		// none. fasthttp writes whatever the handler left, so the socket is closed first.
@@ -258,7 +259,7 @@ func (g *Gateway) onError(ctx *fasthttp.RequestCtx, err error) {
 // that arrived below the minimum rate) was barely sending: its connection closes at once, so
 // that a drip attack holds nothing longer.
 func lingerUnlessTimeout(cc *clientConn, err error) {
-	if !isTimeout(err) && !errors.Is(err, timeouts.ErrSlowClient) {
+	if !socket.IsTimeout(err) && !errors.Is(err, timeouts.ErrSlowClient) {
 		cc.linger.Store(true)
 	}
 }

@@ -8,29 +8,6 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// hopByHop are the headers of one connection, never forwarded in either direction (SPEC 7,
-// RFC 9110 7.6.1), besides those the Connection header names. Expect is among them: Toron
-// answers it itself (SPEC 3 step 7, expect.go).
-var hopByHop = [][]byte{
-	hdrExpect,
-	[]byte("Connection"),
-	[]byte("Keep-Alive"),
-	[]byte("Proxy-Connection"),
-	[]byte("TE"),
-	[]byte("Trailer"),
-	[]byte("Transfer-Encoding"),
-	[]byte("Upgrade"),
-}
-
-func isHopByHop(k []byte) bool {
-	for _, h := range hopByHop {
-		if equalFold(k, h) {
-			return true
-		}
-	}
-	return false
-}
-
 // equalFold compares ASCII header names case-insensitively without allocating.
 func equalFold(a, b []byte) bool { return bytes.EqualFold(a, b) }
 
@@ -66,20 +43,6 @@ func headerListHas(list, k []byte) bool {
 		}
 	}
 	return false
-}
-
-// copyResponseHeaders copies the upstream's end-to-end response headers to the client response.
-// Content-Length and framing are set by the body that follows.
-func copyResponseHeaders(dst, src *fasthttp.ResponseHeader) {
-	var stack [128]byte
-	named, table := collectConnNames(stack[:0], src.PeekAll(fasthttp.HeaderConnection))
-	defer releaseConnTable(table)
-	for k, v := range src.All() {
-		if isHopByHop(k) || named.has(k) || equalFold(k, hdrContentLength) {
-			continue
-		}
-		dst.AddBytesKV(k, v)
-	}
 }
 
 // errBadFraming is the answer to any header-level framing ambiguity (SPEC 7).

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"toron/conf"
+	"toron/socket"
 )
 
 func TestMain(m *testing.M) {
@@ -260,7 +261,7 @@ func readRawResponse(t *testing.T, c net.Conn, method string) rawResponse {
 		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		var one [1]byte
 		_, err = br.Read(one[:])
-		rr.closed = err != nil && !isTimeout(err)
+		rr.closed = err != nil && !socket.IsTimeout(err)
 	}
 	return rr
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	up "toron/upstream"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -46,7 +48,7 @@ func newFilterRequest(t testing.TB, lines string) func() {
 	}
 }
 
-// newFilterResponse runs the response-direction filter (copyResponseHeaders).
+// newFilterResponse runs the response-direction filter (up.CopyResponseHeaders).
 func newFilterResponse(t testing.TB, lines string) func() {
 	var src fasthttp.ResponseHeader
 	if err := src.Read(bufioReader("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n" + lines + "\r\n")); err != nil {
@@ -55,7 +57,7 @@ func newFilterResponse(t testing.TB, lines string) func() {
 	var dst fasthttp.ResponseHeader
 	return func() {
 		dst.Reset()
-		copyResponseHeaders(&dst, &src)
+		up.CopyResponseHeaders(&dst, &src)
 	}
 }
 

@@ -9,10 +9,13 @@ import (
 	"strconv"
 	"time"
 
+	up "toron/upstream"
+
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
 	"toron/limits"
+	"toron/socket"
 	"toron/streaming"
 	"toron/timeouts"
 )
@@ -35,7 +38,7 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 	}
 
 	if r.eff.Elevated {
-		x.watch = watchClient(cc)
+		x.watch = up.WatchClient(cc.Conn)
 	}
 	sentAt, err := g.forward(x, req, resp)
 	if !sentAt.IsZero() {
@@ -50,8 +53,8 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 	x.body.release()
 	cc.bodyPhase = false
 	if w := x.watch; w != nil {
-		w.halt()
-		if w.gone.Load() {
+		w.Halt()
+		if w.Gone() {
 			x.watchGone = true
 			// The client left while the upstream worked: nobody to answer (SPEC 5). The socket
 			// is closed now, so that fasthttp cannot send its default 200 to a half-closed
@@ -81,7 +84,7 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 	// The client gets the upstream's Content-Type or none: fasthttp would report its default
 	// (text/plain) for a response without one, even a 204.
 	resp.Header.SetNoDefaultContentType(true)
-	copyResponseHeaders(&ctx.Response.Header, &resp.Header)
+	up.CopyResponseHeaders(&ctx.Response.Header, &resp.Header)
 	ctx.Response.Header.SetStatusCode(resp.StatusCode())
 	ctx.Response.Header.SetBytesKV(headerRequestID, x.reqID)
 	x.status = resp.StatusCode()
@@ -158,7 +161,7 @@ func (g *Gateway) answerForwardError(ctx *fasthttp.RequestCtx, x *exchange, err 
 			g.writeRejection(ctx, x, rejBadChunk)
 		case errors.Is(err, timeouts.ErrSlowClient):
 			g.writeRejection(ctx, x, rejSlowClient)
-		case isTimeout(err):
+		case socket.IsTimeout(err):
 			g.writeRejection(ctx, x, rejReadTimeout)
 		default:
 			// The client left mid-body: nobody to answer, and nothing (not fasthttp's default
@@ -213,14 +216,14 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 	}
 
 	var stack [128]byte
-	named, table := collectConnNames(stack[:0], in.PeekAll(fasthttp.HeaderConnection)) // connnames.go
-	defer releaseConnTable(table)
+	named, table := up.CollectConnNames(stack[:0], in.PeekAll(fasthttp.HeaderConnection)) // upstream/connnames.go
+	defer up.ReleaseConnTable(table)
 	// X-Forwarded-For: every previous hop (several header lines are one list, RFC 9110 5.3),
 	// then the client, built in a buffer the exchange reuses (SetBytesKV copies it).
 	buf := x.xff[:0]
 	for k, v := range in.All() {
 		switch {
-		case isHopByHop(k), named.has(k),
+		case up.IsHopByHop(k), named.Has(k),
 			equalFold(k, hdrHost), equalFold(k, hdrContentLength),
 			equalFold(k, hdrXForwardedProto), equalFold(k, hdrXForwardedHost), equalFold(k, headerRequestID):
 			continue

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	up "toron/upstream"
 )
 
 func TestCtxOfHeader(t *testing.T) {
@@ -263,14 +265,11 @@ func TestStaleKeepAliveRetried(t *testing.T) {
 	gw := startGateway(t, "", upstreamRoute("/", addr, ""))
 	for i := 0; i < 3; i++ {
 		if i > 0 {
-			p := poolOf(gw.g.snap.Load().routes[0].set.Targets()[0])
-			p.mu.Lock()
-			if len(p.idle) != 1 {
-				p.mu.Unlock()
-				t.Fatalf("request %d: %d idle upstream connections, want 1", i, len(p.idle))
+			idle := up.PoolOf(gw.g.snap.Load().routes[0].set.Targets()[0]).Idle()
+			if len(idle) != 1 {
+				t.Fatalf("request %d: %d idle upstream connections, want 1", i, len(idle))
 			}
-			tc := p.idle[0].Conn.(*net.TCPConn)
-			p.mu.Unlock()
+			tc := idle[0].Conn.(*net.TCPConn)
 			if err := tc.CloseWrite(); err != nil {
 				t.Fatal(err)
 			}

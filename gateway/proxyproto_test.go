@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"toron/socket"
 )
 
 // proxyV2 builds a PROXY protocol v2 header by hand: PROXY over TCP/IPv4 from src, or LOCAL
@@ -41,7 +43,7 @@ func readsNothing(t *testing.T, c net.Conn) bool {
 	t.Helper()
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	b, err := io.ReadAll(c)
-	return len(b) == 0 && (err == nil || !isTimeout(err))
+	return len(b) == 0 && (err == nil || !socket.IsTimeout(err))
 }
 
 func proxyRejections(g *Gateway) string {

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"toron/socket"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -306,7 +308,7 @@ func runSmugglingCase(t *testing.T, mode string, tc *smugglingCase, r *caseResul
 		if len(rest) > 0 {
 			r.safetyf("the gateway kept talking after the first response: %q", firstLine(rest))
 		}
-		if err != nil && isTimeout(err) {
+		if err != nil && socket.IsTimeout(err) {
 			r.safetyf("connection left open")
 		}
 	case "accept":

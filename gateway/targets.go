@@ -1,7 +1,10 @@
+// This file owns the turning of a validated route into what package upstream takes: the
+// options of its Set, the params of each target's pool, its upstream TLS configuration.
 package gateway
 
 import (
 	"crypto/tls"
+	"strings"
 
 	"github.com/VictoriaMetrics/metrics"
 	"go.uber.org/zap"
@@ -72,4 +75,31 @@ func logUpstreamEvent(log *zap.Logger) func(up.Event) {
 			log.Info("an upstream target is eligible again: panic mode over", fields...)
 		}
 	}
+}
+
+// poolParamsOf returns the params of the pool of target addr of route r; tlsCfg is the
+// target's upstream TLS configuration (nil for http targets).
+func poolParamsOf(r *conf.Route, s *conf.Server, addr string, tlsCfg *tls.Config) up.PoolParams {
+	return up.PoolParams{
+		Addr:     addr,
+		HTTPS:    strings.HasPrefix(r.Target, "https://"),
+		TLS:      tlsCfg,
+		MaxConns: r.Effective.MaxUpstreamConns,
+		Connect:  r.Effective.ConnectTimeout,
+		Header:   r.Effective.ResponseHeaderTimeout,
+		Write:    r.Effective.WriteTimeout,
+		Idle:     s.UpstreamIdleTimeout,
+	}
+}
+
+// upstreamTLSConfig builds the client TLS configuration of route r's https:// target
+// (up.TLSConfig); nil for an http:// target.
+func upstreamTLSConfig(r *conf.Route) (*tls.Config, error) {
+	return up.TLSConfig(up.TLSOptions{
+		Route:              r.Name,
+		Target:             r.Target,
+		ServerName:         r.TLSServerName,
+		RootCAs:            r.TLSRootCAs,
+		InsecureSkipVerify: r.TLSInsecureSkipVerify,
+	})
 }

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"toron/conf"
+	"toron/socket"
+	up "toron/upstream"
 )
 
 // testPKI is a private CA made for one test, and the files it wrote: nothing is committed.
@@ -411,7 +413,7 @@ func TestUpstreamTLSHandshakeTimeout(t *testing.T) {
 }
 
 // TestTLSSlowReaderWithFullSendBufferCompletes is TestSlowReaderWithFullSendBufferCompletes over
-// TLS: the sliding write window runs below the TLS layer (windowedSocket), where a write blocked
+// TLS: the sliding write window runs below the TLS layer (socket.Windowed), where a write blocked
 // past its deadline can go on while the client acknowledges bytes; above it, crypto/tls would
 // have to give up at the first timeout.
 func TestTLSSlowReaderWithFullSendBufferCompletes(t *testing.T) {
@@ -593,5 +595,54 @@ func TestTLSBytesPastResponseDoNotPoison(t *testing.T) {
 		if resp := rawRequest(t, gw.addr, "GET /second HTTP/1.1\r\nHost: b\r\n\r\n"); resp.StatusCode != 200 || string(resp.body) != "second" {
 			t.Fatalf("round %d: the next client got %d %q: the stray bytes", i, resp.StatusCode, resp.body)
 		}
+	}
+}
+
+// Both places a TLS layer is set up put it on a socket.Conn: the listener's accept
+// (socket.Listener) and the upstream handshake (up.Handshake).
+func TestTLSSocketsAreNonBlocking(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	wl := socket.Listener{Listener: ln}
+	dialed := make(chan net.Conn, 1)
+	go func() {
+		c, _ := net.Dial("tcp", ln.Addr().String())
+		dialed <- c
+	}()
+	c, err := wl.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if cc := <-dialed; cc != nil {
+		defer cc.Close()
+	}
+	if ws, ok := c.(*socket.Windowed); !ok {
+		t.Fatalf("accepted %T, want *socket.Windowed", c)
+	} else if _, ok := ws.Conn.(*socket.Conn); !ok {
+		t.Fatalf("the accepted socket below TLS is %T, want *socket.Conn", ws.Conn)
+	}
+
+	pki := newTestPKI(t)
+	cert, _, _ := pki.issue(t, "upstream", "127.0.0.1")
+	addr := startTLSUpstream(t, cert)
+	raw, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := up.Handshake(raw, &tls.Config{RootCAs: pki.pool, ServerName: "127.0.0.1"}, time.Now().Add(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	ws, ok := tc.(*tls.Conn).NetConn().(*socket.Windowed)
+	if !ok {
+		t.Fatalf("the upstream TLS layer is on %T, want *socket.Windowed", tc.(*tls.Conn).NetConn())
+	}
+	if _, ok := ws.Conn.(*socket.Conn); !ok {
+		t.Fatalf("the upstream socket below TLS is %T, want *socket.Conn", ws.Conn)
 	}
 }

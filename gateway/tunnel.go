@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"net"
 	"sync"
@@ -15,7 +14,9 @@ import (
 
 	"toron/conf"
 	"toron/limits"
+	"toron/socket"
 	"toron/streaming"
+	up "toron/upstream"
 )
 
 // WebSocket tunnels (SPEC 15).
@@ -121,8 +122,8 @@ func checkUpgrade(h *fasthttp.RequestHeader, x *exchange) bool {
 		return false
 	}
 	var conn, upgrade [128]byte
-	named, table := collectConnNames(conn[:0], h.PeekAll(fasthttp.HeaderConnection))
-	defer releaseConnTable(table)
+	named, table := up.CollectConnNames(conn[:0], h.PeekAll(fasthttp.HeaderConnection))
+	defer up.ReleaseConnTable(table)
 	upTokens := appendHeaderValues(upgrade[:0], h, hdrUpgrade)
 	if !isOnlyToken(upTokens, tokenWebSocket) {
 		// h2c, TLS/1.0, a list of protocols: Toron speaks none of them (SPEC 11).
@@ -134,7 +135,7 @@ func checkUpgrade(h *fasthttp.RequestHeader, x *exchange) bool {
 		x.reject(rejBadUpgrade)
 		return false
 	}
-	if !equalFold(h.Method(), methodGet) || !named.has(tokenUpgradeLower) {
+	if !equalFold(h.Method(), methodGet) || !named.Has(tokenUpgradeLower) {
 		x.reject(rejUpgrade)
 		return false
 	}
@@ -208,21 +209,21 @@ func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) 
 	ip := x.clientIPOf().As16()
 	x.upTarget = r.set.Pick(ip[:])
 	x.upAddr, x.upStatus = x.upTarget.Addr(), fasthttp.StatusBadGateway
-	up, err := g.dialTunnel(r, x.upAddr)
+	uc, err := g.dialTunnel(r, x.upAddr)
 	if err != nil {
 		g.writeRejection(ctx, x, upstreamRejection(err))
 		x.finish()
 		return
 	}
-	x.ws.up = up // the exchange owns it until the tunnel takes it: finish closes it
+	x.ws.up = uc // the exchange owns it until the tunnel takes it: finish closes it
 
 	req := fasthttp.AcquireRequest()
 	g.prepareRequest(ctx, x, req)
 	// The one exception to the hop-by-hop rule (SPEC 15): the upgrade itself goes upstream.
 	req.Header.SetBytesKV(hdrUpgrade, tokenWebSocket)
 	req.Header.SetBytesKV(hdrConnectionName, tokenUpgrade)
-	_ = up.SetWriteDeadline(time.Now().Add(eff.WriteTimeout))
-	_, err = up.Write(req.Header.Header())
+	_ = uc.SetWriteDeadline(time.Now().Add(eff.WriteTimeout))
+	_, err = uc.Write(req.Header.Header())
 	fasthttp.ReleaseRequest(req)
 	if err != nil {
 		g.writeRejection(ctx, x, upstreamRejection(err))
@@ -231,9 +232,9 @@ func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) 
 	}
 
 	start := time.Now()
-	_ = up.SetReadDeadline(start.Add(eff.ResponseHeaderTimeout))
+	_ = uc.SetReadDeadline(start.Add(eff.ResponseHeaderTimeout))
 	br := headReaderPool.Get().(*bufio.Reader)
-	br.Reset(up)
+	br.Reset(uc)
 	defer func() {
 		br.Reset(nil)
 		headReaderPool.Put(br)
@@ -246,7 +247,7 @@ func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) 
 	x.headerWait = time.Since(start)
 	if err == nil {
 		x.upStatus = resp.StatusCode()
-	} else if isTimeout(err) {
+	} else if socket.IsTimeout(err) {
 		x.upStatus = fasthttp.StatusGatewayTimeout
 	}
 	if err != nil {
@@ -260,7 +261,7 @@ func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) 
 	}
 	if resp.StatusCode() != fasthttp.StatusSwitchingProtocols {
 		// The upstream refused the upgrade (a 403, a 426): an ordinary answer, no tunnel.
-		copyResponseHeaders(&ctx.Response.Header, &resp.Header)
+		up.CopyResponseHeaders(&ctx.Response.Header, &resp.Header)
 		ctx.Response.Header.SetStatusCode(resp.StatusCode())
 		ctx.Response.Header.SetBytesKV(headerRequestID, x.reqID)
 		ctx.Response.SetBody(resp.Body())
@@ -283,7 +284,7 @@ func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) 
 		b, _ := br.Peek(n)
 		x.ws.head = append(x.ws.head, b...)
 	}
-	_ = up.SetDeadline(time.Time{})
+	_ = uc.SetDeadline(time.Time{})
 	// Until the hijack handler runs no status is recorded: if fasthttp never starts it (the
 	// socket closed meanwhile), clientConn.Close finishes the exchange as a client that left.
 	x.status = 0
@@ -310,11 +311,11 @@ func appendResponseHeaderValues(dst []byte, h *fasthttp.ResponseHeader, k []byte
 func appendSwitchingHead(dst []byte, h *fasthttp.ResponseHeader, reqID []byte) []byte {
 	dst = append(dst, switchingStatusLine...)
 	var stack [128]byte
-	named, table := collectConnNames(stack[:0], h.PeekAll(fasthttp.HeaderConnection))
-	defer releaseConnTable(table)
+	named, table := up.CollectConnNames(stack[:0], h.PeekAll(fasthttp.HeaderConnection))
+	defer up.ReleaseConnTable(table)
 	for k, v := range h.All() {
 		sec := len(k) > len(secWebSocketPrefix) && equalFold(k[:len(secWebSocketPrefix)], secWebSocketPrefix)
-		if !sec && (isHopByHop(k) || named.has(k) || equalFold(k, hdrContentLength) || equalFold(k, headerRequestID)) {
+		if !sec && (up.IsHopByHop(k) || named.Has(k) || equalFold(k, hdrContentLength) || equalFold(k, headerRequestID)) {
 			continue
 		}
 		dst = appendHeaderLine(dst, k, v)
@@ -336,17 +337,7 @@ func appendHeaderLine(dst, k, v []byte) []byte {
 // pool dials (DNS through the gateway's resolver, the route's TLS settings for an https target
 // under the target's own name, the handshake inside connect_timeout), but never pooled.
 func (g *Gateway) dialTunnel(r *route, addr string) (net.Conn, error) {
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), r.eff.ConnectTimeout)
-	defer cancel()
-	c, err := g.resolver.Dial(ctx, addr)
-	if err != nil {
-		return nil, &dialError{err: err}
-	}
-	if r.tls == nil {
-		return c, nil
-	}
-	return upstreamHandshake(c, targetTLS(r.tls, r.conf, addr), start.Add(r.eff.ConnectTimeout))
+	return up.Dial(g.resolver.Dial, addr, up.TargetTLS(r.tls, r.conf.TLSServerName, addr), r.eff.ConnectTimeout)
 }
 
 // runTunnel is the hijack handler: it sends the 101 (and the upstream bytes behind it), hands

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"toron/socket"
+
 	"go.uber.org/goleak"
 )
 
@@ -393,7 +395,7 @@ func TestTunnelIdleTimeout(t *testing.T) {
 	go func() {
 		_ = idle.SetReadDeadline(time.Now().Add(10 * time.Second))
 		_, err := idleBR.ReadByte()
-		if err != nil && !isTimeout(err) {
+		if err != nil && !socket.IsTimeout(err) {
 			closed <- time.Since(start)
 			return
 		}
@@ -489,7 +491,7 @@ func TestTunnelEndsEveryWay(t *testing.T) {
 			t.Errorf("shutdown returned %v after %s: the tunnel should be waited for until the timeout", err, time.Since(start))
 		}
 		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if _, err := br.ReadByte(); err == nil || isTimeout(err) {
+		if _, err := br.ReadByte(); err == nil || socket.IsTimeout(err) {
 			t.Errorf("tunnel still open after shutdown: %v", err)
 		}
 		serveErr := <-tg.done
@@ -591,7 +593,7 @@ func TestTunnelCountsInMaxConnections(t *testing.T) {
 	c := dialRaw(t, tg.addr)
 	_, _ = io.WriteString(c, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if b, err := io.ReadAll(c); len(b) > 0 || (err != nil && isTimeout(err)) {
+	if b, err := io.ReadAll(c); len(b) > 0 || (err != nil && socket.IsTimeout(err)) {
 		t.Errorf("a third connection was served: %q %v", b, err)
 	}
 }

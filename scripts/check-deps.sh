@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Import-direction check (STYLE 1): main -> gateway -> limits, timeouts, streaming; main, gateway
-# -> conf. The leaves (limits, timeouts, streaming, listener) import only the standard library,
-# fasthttp and the metrics package (and, in listener, github.com/pires/go-proxyproto).
+# Import-direction check (STYLE 1, docs/architecture.md): main -> gateway -> upstream, listener,
+# limits, timeouts, streaming, socket; upstream -> timeouts, streaming, socket; main, gateway ->
+# conf. The leaves (limits, timeouts, streaming, listener) import only the standard library,
+# fasthttp and the metrics package (and, in listener, github.com/pires/go-proxyproto); socket
+# imports only the standard library.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
@@ -14,10 +16,20 @@ for leaf in limits timeouts streaming listener; do
 		fail=1
 	fi
 done
-# upstream (STYLE 1): may import timeouts and streaming, never conf, gateway, the other leaves or zap.
+# socket: the socket calls both sides share; the standard library only (no dot in the first
+# path element).
+if [ -d socket ]; then
+	bad=$(go list -f '{{join .Imports "\n"}}' ./socket 2>/dev/null | grep -E '^[^/]*\.|^toron/' || true)
+	if [ -n "$bad" ]; then
+		echo "deps: socket must import only the standard library, not: $bad"
+		fail=1
+	fi
+fi
+# upstream (STYLE 1): may import timeouts, streaming and socket, never conf, gateway, listener,
+# limits or zap.
 if [ -d upstream ]; then
 	bad=$(go list -f '{{join .Imports "\n"}}' ./upstream 2>/dev/null |
-		grep -E '^(toron/|go\.uber\.org/zap)' | grep -vE '^toron/(timeouts|streaming)$' || true)
+		grep -E '^(toron/|go\.uber\.org/zap)' | grep -vE '^toron/(timeouts|streaming|socket)$' || true)
 	if [ -n "$bad" ]; then
 		echo "deps: upstream must not import: $bad"
 		fail=1

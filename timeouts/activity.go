@@ -102,6 +102,9 @@ func (w *Window) Before(now time.Time) (time.Time, bool) {
 // deadline, an idle deadline, fasthttp's own), so that the window knows what the socket has.
 func (w *Window) Armed(deadline time.Time) { w.deadline = deadline }
 
+// Sliding reports whether the window manages deadlines: a zero Timeout disables it.
+func (w *Window) Sliding() bool { return w.Timeout > 0 }
+
 // Near reports whether the deadline armed on the socket is within tol of d, so that arming d
 // can be skipped. No deadline is never near.
 func (w *Window) Near(d time.Time, tol time.Duration) bool {

@@ -1,11 +1,21 @@
 // Package upstream is the other side of the request path (STYLE 1): a route's targets, the
-// balancer that picks one per request, passive and active health, and dial-time DNS. It knows
-// nothing of conf or gateway: the gateway turns a validated conf.Route into a Config, and keeps
-// one *Set per route name.
+// balancer that picks one per request, passive and active health, dial-time DNS, and the
+// exchange itself: each target's connection pool (pool.go), the upstream connection with its
+// deadlines (conn.go), upstream TLS (tls.go), the request head out and the response head in
+// with the retry rule (exchange.go), the hop-by-hop rules of a message head (connnames.go), and
+// the client watch that aborts an upstream connection whose client left (watch.go). It knows
+// nothing of conf or gateway: the gateway turns a validated conf.Route into a Config and
+// PoolParams, and keeps one *Set per route name. The socket calls it shares with the client
+// side are in package socket.
+//
+// The API the gateway calls: Set.Forward (pick a target, get a slot and a connection, write the
+// request, read the response head, retry what sent nothing), then Pool.Put (give the connection
+// back, reusable or not), Pool.Release (the slot) and Target.Done (the outcome).
 //
 // # Wiring a request (SPEC 3 step 9, SPEC 13)
 //
-// One request, with retries on another target for failures that sent nothing. clientIP is the
+// Set.Forward implements this loop; for a caller that drives the targets itself:
+// one request, with retries on another target for failures that sent nothing. clientIP is the
 // client's address bytes (the client IP of SPEC 16: the peer, or what trusted proxies vouch for), read by
 // client_ip_hash only:
 //

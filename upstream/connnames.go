@@ -1,12 +1,17 @@
-package gateway
+// This file owns the hop-by-hop rules of a message head crossing the proxy, in either
+// direction (SPEC 7, RFC 9110 7.6.1): the fixed hop-by-hop headers, the set of names the
+// Connection lines add (ConnNames), and the copy of a response head's end-to-end headers.
+package upstream
 
 import (
 	"bytes"
 	"hash/maphash"
 	"sync"
+
+	"github.com/valyala/fasthttp"
 )
 
-// connNames is the set of header names the Connection header lines of one message name (RFC
+// ConnNames is the set of header names the Connection header lines of one message name (RFC
 // 9110 7.6.1: they are hop-by-hop too; several lines are one list, RFC 9110 5.3). Building it
 // and asking it about every header of the message costs time linear in the header section:
 // a Connection header listing thousands of tokens beside hundreds of headers once cost a scan of
@@ -16,18 +21,18 @@ import (
 // scanned, in a buffer on the caller's stack. A longer one is put in a hash table with a
 // per-process random seed (hash/maphash), so that no one can choose names that collide; the
 // table comes from a pool, so a long list does not allocate either once the pool is warm.
-type connNames struct {
+type ConnNames struct {
 	list []byte // the tokens, lower-cased, each followed by ','
 	n    int    // tokens in list
-	big  *connTable
+	big  *ConnTable
 }
 
 // smallConnTokens is the longest list that is scanned rather than hashed.
 const smallConnTokens = 8
 
-// connTable is the hash table of a long Connection list.
-type connTable struct {
-	buf   []byte   // backing store of connNames.list when it does not fit on the stack
+// ConnTable is the hash table of a long Connection list (pooled: ReleaseConnTable).
+type ConnTable struct {
+	buf   []byte   // backing store of ConnNames.list when it does not fit on the stack
 	spans []uint64 // start<<32 | end of each distinct token in list
 	slots []int32  // open addressing, linear probing: index+1 into spans, 0 for empty
 	key   []byte   // the lower-cased name being looked up
@@ -38,40 +43,40 @@ type connTable struct {
 const maxPooledConnTable = 64 << 10
 
 var (
-	connTablePool = sync.Pool{New: func() any { return new(connTable) }}
+	connTablePool = sync.Pool{New: func() any { return new(ConnTable) }}
 	connSeed      = maphash.MakeSeed()
 )
 
-// collectConnNames reads the values of the Connection lines (PeekAll(HeaderConnection): a
+// CollectConnNames reads the values of the Connection lines (PeekAll(HeaderConnection): a
 // slice, not an iterator, so that nothing escapes to the heap). stack is the caller's buffer
 // for a short list. table is the pooled hash table of a long list (nil otherwise): the caller
-// gives it back with releaseConnTable once the names are no longer asked about. It is returned
+// gives it back with ReleaseConnTable once the names are no longer asked about. It is returned
 // apart, and kept in its own variables here, because escape analysis does not tell a struct's
-// fields apart: releasing it through the connNames would move the stack buffer to the heap.
-func collectConnNames(stack []byte, lines [][]byte) (c connNames, table *connTable) {
+// fields apart: releasing it through the ConnNames would move the stack buffer to the heap.
+func CollectConnNames(stack []byte, lines [][]byte) (c ConnNames, table *ConnTable) {
 	size := 0
 	for _, v := range lines {
 		size += len(v) + 1
 	}
 	if size == 0 {
-		return connNames{}, nil
+		return ConnNames{}, nil
 	}
 	var list []byte
 	var n int
 	if size <= cap(stack) {
 		list, n = appendConnTokens(stack[:0], lines)
 	} else {
-		table = connTablePool.Get().(*connTable)
+		table = connTablePool.Get().(*ConnTable)
 		table.buf, n = appendConnTokens(table.buf[:0], lines)
 		list = table.buf
 	}
 	if n > smallConnTokens {
 		if table == nil {
-			table = connTablePool.Get().(*connTable)
+			table = connTablePool.Get().(*ConnTable)
 		}
 		table.build(list, n)
 	}
-	return connNames{list: list, n: n, big: table}, table
+	return ConnNames{list: list, n: n, big: table}, table
 }
 
 // appendConnTokens appends the tokens of the Connection values to dst, lower-cased, each
@@ -93,7 +98,7 @@ func appendConnTokens(dst []byte, lines [][]byte) (list []byte, n int) {
 }
 
 // build indexes the n tokens of list, each once.
-func (t *connTable) build(list []byte, n int) {
+func (t *ConnTable) build(list []byte, n int) {
 	size := 16
 	for size < 2*n {
 		size <<= 1
@@ -126,8 +131,8 @@ func (t *connTable) build(list []byte, n int) {
 	}
 }
 
-// has reports whether the Connection lines name the header k (case-insensitive).
-func (c *connNames) has(k []byte) bool {
+// Has reports whether the Connection lines name the header k (case-insensitive).
+func (c *ConnNames) Has(k []byte) bool {
 	switch {
 	case c.n == 0:
 		return false
@@ -135,7 +140,7 @@ func (c *connNames) has(k []byte) bool {
 		for list := c.list; len(list) > 0; {
 			var tok []byte
 			tok, list, _ = bytes.Cut(list, comma)
-			if equalFold(tok, k) {
+			if bytes.EqualFold(tok, k) {
 				return true
 			}
 		}
@@ -155,8 +160,8 @@ func (c *connNames) has(k []byte) bool {
 	}
 }
 
-// releaseConnTable gives a long list's table back to the pool (nil: nothing to do).
-func releaseConnTable(t *connTable) {
+// ReleaseConnTable gives a long list's table back to the pool (nil: nothing to do).
+func ReleaseConnTable(t *ConnTable) {
 	if t == nil || cap(t.buf) > maxPooledConnTable || cap(t.slots) > maxPooledConnTable || cap(t.key) > maxPooledConnTable {
 		return
 	}
@@ -175,3 +180,43 @@ func appendLower(dst, b []byte) []byte {
 }
 
 var comma = []byte{','}
+
+// hopByHop are the headers of one connection, never forwarded in either direction (SPEC 7,
+// RFC 9110 7.6.1), besides those the Connection header names. Expect is among them: Toron
+// answers it itself (SPEC 3 step 7).
+var hopByHop = [][]byte{
+	[]byte("Expect"),
+	[]byte("Connection"),
+	[]byte("Keep-Alive"),
+	[]byte("Proxy-Connection"),
+	[]byte("TE"),
+	[]byte("Trailer"),
+	[]byte("Transfer-Encoding"),
+	[]byte("Upgrade"),
+}
+
+// IsHopByHop reports one of the fixed hop-by-hop headers (case-insensitive).
+func IsHopByHop(k []byte) bool {
+	for _, h := range hopByHop {
+		if bytes.EqualFold(k, h) {
+			return true
+		}
+	}
+	return false
+}
+
+var hdrContentLength = []byte("Content-Length")
+
+// CopyResponseHeaders copies the upstream's end-to-end response headers to the client response.
+// Content-Length and framing are set by the body that follows.
+func CopyResponseHeaders(dst, src *fasthttp.ResponseHeader) {
+	var stack [128]byte
+	named, table := CollectConnNames(stack[:0], src.PeekAll(fasthttp.HeaderConnection))
+	defer ReleaseConnTable(table)
+	for k, v := range src.All() {
+		if IsHopByHop(k) || named.Has(k) || bytes.EqualFold(k, hdrContentLength) {
+			continue
+		}
+		dst.AddBytesKV(k, v)
+	}
+}

@@ -1,6 +1,6 @@
 //go:build !race
 
-package gateway
+package socket
 
 // Without the race detector the hooks of nonblock_race.go do nothing.
 

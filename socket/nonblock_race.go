@@ -1,6 +1,6 @@
 //go:build race
 
-package gateway
+package socket
 
 import (
 	"runtime"

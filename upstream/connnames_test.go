@@ -1,4 +1,4 @@
-package gateway
+package upstream
 
 import (
 	"fmt"
@@ -32,15 +32,15 @@ func TestConnNames(t *testing.T) {
 				lines = append(lines, []byte(l))
 			}
 			var stack [128]byte
-			names, table := collectConnNames(stack[:0], lines)
-			defer releaseConnTable(table)
+			names, table := CollectConnNames(stack[:0], lines)
+			defer ReleaseConnTable(table)
 			for _, k := range tc.in {
-				if !names.has([]byte(k)) {
+				if !names.Has([]byte(k)) {
 					t.Errorf("%q not found", k)
 				}
 			}
 			for _, k := range tc.out {
-				if names.has([]byte(k)) {
+				if names.Has([]byte(k)) {
 					t.Errorf("%q found, but the list does not name it", k)
 				}
 			}

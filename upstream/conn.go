@@ -1,4 +1,7 @@
-package gateway
+// This file owns Conn, one upstream connection: its read buffer kept across requests, its own
+// deadlines (the write window, the response-header timer, the sliding body window), the
+// lend-time peek, and the errors an exchange on it ends with.
+package upstream
 
 import (
 	"bufio"
@@ -7,36 +10,38 @@ import (
 	"sync/atomic"
 	"time"
 
+	"toron/socket"
 	"toron/timeouts"
 )
 
 // Upstream buffer sizes. The read buffer, one per upstream connection and kept for its whole
 // life, bounds the upstream's response headers (4 KiB would refuse ordinary responses with a few
-// cookies) and is where bytes an upstream sent past a response are found (upstreamConn.idle).
+// cookies) and is where bytes an upstream sent past a response are found (Conn.idle).
 const upstreamReadBufferSize = 16 << 10
 
 var (
-	// errClientLeft ends an upstream exchange whose client closed its connection meanwhile.
-	errClientLeft = errors.New("gateway: client closed the connection while the upstream was working")
+	// ErrClientLeft ends an upstream exchange whose client closed its connection meanwhile
+	// (Conn.Abort).
+	ErrClientLeft = errors.New("gateway: client closed the connection while the upstream was working")
 )
 
-// dialError wraps a failed dial, so that the 502 can say refused or timed out.
-type dialError struct{ err error }
+// DialError wraps a failed dial, so that the 502 can say refused or timed out.
+type DialError struct{ Err error }
 
-func (e *dialError) Error() string { return "gateway: dial upstream: " + e.err.Error() }
-func (e *dialError) Unwrap() error { return e.err }
+func (e *DialError) Error() string { return "gateway: dial upstream: " + e.Err.Error() }
+func (e *DialError) Unwrap() error { return e.Err }
 
-// writeStallError is an upstream that did not take request bytes within its write window: an
+// WriteStallError is an upstream that did not take request bytes within its write window: an
 // upstream that stopped reading (502), never the response header timeout (504).
-type writeStallError struct{ err error }
+type WriteStallError struct{ err error }
 
-func (e *writeStallError) Error() string {
+func (e *WriteStallError) Error() string {
 	return "gateway: upstream stopped reading the request: " + e.err.Error()
 }
-func (e *writeStallError) Unwrap() error { return e.err }
+func (e *WriteStallError) Unwrap() error { return e.err }
 
-// upstreamTimeouts are the deadlines one route's upstream connections manage themselves.
-type upstreamTimeouts struct {
+// connTimeouts are the deadlines one route's upstream connections manage themselves.
+type connTimeouts struct {
 	// header is response_header_timeout: from the end of forwarding the request to the response
 	// headers, and then the inactivity window while the response body is read.
 	header time.Duration
@@ -54,7 +59,7 @@ const (
 	connDead
 )
 
-// upstreamConn is one upstream connection with its own read buffer, kept across requests, and
+// Conn is one upstream connection with its own read buffer, kept across requests, and
 // its own deadlines (SPEC 5, SPEC 12).
 //
 // Response queue poisoning (SPEC 7): an upstream connection is reused only if nothing arrived on
@@ -68,10 +73,10 @@ const (
 // request costs two cross-thread wake-ups per request; a sequential keep-alive request took
 // 150 µs instead of 55 µs (BenchmarkProxySmallGET). The peek is one recvfrom that returns
 // EAGAIN, about 1 µs, on the path that then writes and reads the socket anyway.
-type upstreamConn struct {
+type Conn struct {
 	net.Conn
-	pool *upstreamPool
-	to   *upstreamTimeouts
+	pool *Pool
+	to   *connTimeouts
 	br   *bufio.Reader
 
 	state   atomic.Int32
@@ -80,9 +85,9 @@ type upstreamConn struct {
 	// deadline forward (an inactivity window); before, the header deadline is absolute.
 	slide atomic.Bool
 
-	// peeker looks at the idle socket without blocking (watch.go); idleSince is when the
+	// peeker looks at the idle socket without blocking (socket.Peeker); idleSince is when the
 	// connection went back to the pool.
-	peeker    *peeker
+	peeker    *socket.Peeker
 	idleSince time.Time
 
 	// requests counts the requests lent this connection; written counts the bytes of the
@@ -90,19 +95,19 @@ type upstreamConn struct {
 	requests int
 	written  int64
 	// socketWritten counts the bytes the socket below TLS took for the current request (the
-	// windowedSocket counts them): tls.Conn.Write reports only whole records, so a record cut
+	// socket.Windowed counts them): tls.Conn.Write reports only whole records, so a record cut
 	// short by a failed write would otherwise look like nothing written. isTLS says the
 	// connection speaks TLS.
 	socketWritten int64
 	isTLS         bool
 	readDeadline  time.Time
 	writeWin      timeouts.Window
-	// windowBelow: writeWin is applied below TLS, by the socket (tls.go, windowedSocket): a
-	// write timeout corrupts a TLS connection, so the window must judge the socket's writes.
+	// windowBelow: writeWin is applied below TLS, by the socket (socket.Windowed): a write
+	// timeout corrupts a TLS connection, so the window must judge the socket's writes.
 	windowBelow bool
 	// raw is the socket of a plain TCP connection, through which a small request is written
-	// and its answer waited for in one call (upstreamraw.go); nil over TLS.
-	raw *rawPath
+	// and its answer waited for in one call (socket.RawPath); nil over TLS.
+	raw *socket.RawPath
 	// vec holds a chunk's size line and data for one writev (writeChunk); kept here so that
 	// the net.Buffers does not escape per chunk.
 	vec  [2][]byte
@@ -111,7 +116,7 @@ type upstreamConn struct {
 
 // writeChunk writes a chunk's size line and its data: in one writev(2) on a plain socket, in two
 // writes over TLS (which frames records of its own).
-func (c *upstreamConn) writeChunk(line, data []byte) error {
+func (c *Conn) writeChunk(line, data []byte) error {
 	if c.raw == nil {
 		if _, err := c.Write(line); err != nil {
 			return err
@@ -121,20 +126,20 @@ func (c *upstreamConn) writeChunk(line, data []byte) error {
 	}
 	c.vec[0], c.vec[1] = line, data
 	c.bufs = c.vec[:]
-	n, err := writeInWindowV(c.Conn, &c.writeWin, nil, &c.bufs, &c.aborted)
+	n, err := socket.WriteInWindowV(c.Conn, &c.writeWin, nil, &c.bufs, &c.aborted)
 	c.bufs = nil
 	c.vec[0], c.vec[1] = nil, nil
 	return c.writeResult(n, err)
 }
 
-func newUpstreamConn(c net.Conn, p *upstreamPool) *upstreamConn {
-	uc := &upstreamConn{Conn: c, pool: p, to: &p.to}
+func newUpstreamConn(c net.Conn, p *Pool) *Conn {
+	uc := &Conn{Conn: c, pool: p, to: &p.to}
 	uc.br = bufio.NewReaderSize(uc, upstreamReadBufferSize)
-	uc.windowBelow = attachWriteWindow(c, &uc.writeWin, &uc.aborted)
-	if uc.isTLS = isTLSConn(c); uc.isTLS {
-		countSocketWrites(c, &uc.socketWritten)
+	uc.windowBelow = socket.AttachWriteWindow(c, &uc.writeWin, &uc.aborted)
+	if uc.isTLS = socket.IsTLS(c); uc.isTLS {
+		socket.CountWrites(c, &uc.socketWritten)
 	} else if !uc.windowBelow {
-		uc.raw = newRawPath(c, &uc.written)
+		uc.raw = socket.NewRawPath(c, &uc.written)
 	}
 	uc.state.Store(connLent)
 	return uc
@@ -143,14 +148,14 @@ func newUpstreamConn(c net.Conn, p *upstreamPool) *upstreamConn {
 // Read reads response bytes. Until the response headers were read, the deadline is the
 // absolute one armed when the request was forwarded; after them the same window slides with
 // every read, so a long streamed response that progresses is never cut by an absolute timeout.
-func (c *upstreamConn) Read(p []byte) (int, error) {
+func (c *Conn) Read(p []byte) (int, error) {
 	if c.aborted.Load() {
-		return 0, errClientLeft
+		return 0, ErrClientLeft
 	}
-	if c.raw != nil && c.raw.pending != nil {
+	if c.raw != nil && c.raw.Pending != nil {
 		n, err := c.readWithPending(p)
 		if err != nil && c.aborted.Load() {
-			return n, errClientLeft
+			return n, ErrClientLeft
 		}
 		return n, err
 	}
@@ -164,7 +169,7 @@ func (c *upstreamConn) Read(p []byte) (int, error) {
 	}
 	n, err := c.Conn.Read(p)
 	if err != nil && c.aborted.Load() {
-		return n, errClientLeft
+		return n, ErrClientLeft
 	}
 	return n, err
 }
@@ -173,34 +178,34 @@ func (c *upstreamConn) Read(p []byte) (int, error) {
 // judged by what the upstream acknowledged meanwhile (timeouts.Window.Stalled, as for the
 // client): an upstream that reads a large body slowly but steadily behind a full send buffer
 // is not one that stopped reading.
-func (c *upstreamConn) Write(p []byte) (int, error) {
+func (c *Conn) Write(p []byte) (int, error) {
 	var n int
 	var err error
 	if c.windowBelow {
 		n, err = c.Conn.Write(p)
 	} else {
-		n, err = writeInWindow(c.Conn, &c.writeWin, p, &c.aborted)
+		n, err = socket.WriteInWindow(c.Conn, &c.writeWin, p, &c.aborted)
 	}
 	return n, c.writeResult(n, err)
 }
 
 // writeResult counts n written bytes and turns a write's error into the exchange's.
-func (c *upstreamConn) writeResult(n int, err error) error {
+func (c *Conn) writeResult(n int, err error) error {
 	c.written += int64(n)
 	switch {
 	case err == nil:
 		return nil
 	case c.aborted.Load():
-		return errClientLeft
-	case isTimeout(err):
-		return &writeStallError{err: err}
+		return ErrClientLeft
+	case socket.IsTimeout(err):
+		return &WriteStallError{err: err}
 	}
 	return err
 }
 
-// abort interrupts the connection's pending read or write at once: the client of its request
+// Abort interrupts the connection's pending read or write at once: the client of its request
 // left. Safe to call from another goroutine.
-func (c *upstreamConn) abort() {
+func (c *Conn) Abort() {
 	c.aborted.Store(true)
 	now := time.Now()
 	_ = c.Conn.SetReadDeadline(now)
@@ -210,7 +215,7 @@ func (c *upstreamConn) abort() {
 // lend takes an idle connection for a request. It reports false when the connection must not
 // carry it: it sat idle longer than upstream_idle_timeout, or the peek found bytes nobody asked
 // for, a close or a reset; the caller closes it (kill).
-func (c *upstreamConn) lend(now time.Time) bool {
+func (c *Conn) lend(now time.Time) bool {
 	if !c.state.CompareAndSwap(connIdle, connLent) {
 		return false
 	}
@@ -218,16 +223,16 @@ func (c *upstreamConn) lend(now time.Time) bool {
 		return false
 	}
 	if c.peeker == nil {
-		c.peeker = newPeeker(rawConn(c.Conn))
+		c.peeker = socket.NewPeeker(socket.Below(c.Conn))
 	}
-	return c.peeker.peek() == peekNothing
+	return c.peeker.Peek() == socket.PeekNothing
 }
 
 // begin prepares the connection for the next request's write.
-func (c *upstreamConn) begin() {
+func (c *Conn) begin() {
 	c.requests++
 	if c.raw != nil {
-		c.raw.pending = nil
+		c.raw.Pending = nil
 	}
 	c.written = 0
 	c.socketWritten = 0
@@ -236,7 +241,7 @@ func (c *upstreamConn) begin() {
 }
 
 // forwarded arms the response header deadline: the request was written.
-func (c *upstreamConn) forwarded(now time.Time) error {
+func (c *Conn) forwarded(now time.Time) error {
 	if c.to.header <= 0 {
 		return nil
 	}
@@ -246,7 +251,7 @@ func (c *upstreamConn) forwarded(now time.Time) error {
 
 // idle puts the connection back to wait for its next request. It reports false when the
 // connection cannot be reused: bytes beyond the last response are already buffered.
-func (c *upstreamConn) idle(now time.Time) bool {
+func (c *Conn) idle(now time.Time) bool {
 	if c.br.Buffered() > 0 || c.aborted.Load() {
 		return false
 	}
@@ -264,18 +269,51 @@ func (c *upstreamConn) idle(now time.Time) bool {
 // nor the lend-time peek at the socket can see them. A read under a deadline already past
 // returns what tls.Conn holds, or a timeout without a system call (Go checks the deadline
 // before reading the socket; a read timeout leaves a TLS connection usable).
-func (c *upstreamConn) tlsDrained() bool {
+func (c *Conn) tlsDrained() bool {
 	if err := c.Conn.SetReadDeadline(time.Unix(1, 0)); err != nil {
 		return false
 	}
 	var one [1]byte
 	n, err := c.Conn.Read(one[:])
-	return n == 0 && isTimeout(err)
+	return n == 0 && socket.IsTimeout(err)
 }
 
-// kill closes a connection whose owner (the request it is lent to, or the pool) gives it up.
-func (c *upstreamConn) kill() {
+// Kill closes a connection whose owner (the request it is lent to, or the pool) gives it up.
+func (c *Conn) Kill() {
 	if c.state.Swap(connDead) != connDead {
 		_ = c.Conn.Close()
 	}
+}
+
+// deferWrite keeps b (which stays valid until the response head was read) to be written by the
+// next read. It reports false when the connection has no raw path.
+func (c *Conn) deferWrite(b []byte) bool {
+	if c.raw == nil || len(b) == 0 {
+		return false
+	}
+	c.raw.Pending = b
+	return true
+}
+
+// readWithPending writes the deferred request, waits for the socket and reads into p.
+func (c *Conn) readWithPending(p []byte) (int, error) {
+	r := c.raw
+	err := r.WriteRead(p, nil)
+	if err != nil {
+		// The wait failed: the header deadline passed (or abort moved it), or the socket closed.
+		r.Pending = nil
+		return 0, err
+	}
+	if r.Partial {
+		// The socket's buffer took part of the request: the rest under the write window, then
+		// the ordinary read.
+		rest := r.Pending
+		r.Pending = nil
+		if _, err := c.Write(rest); err != nil {
+			return 0, err
+		}
+		return c.Conn.Read(p)
+	}
+	r.Pending = nil
+	return r.N, r.Err
 }

@@ -1,7 +1,6 @@
-package gateway
+package socket
 
 import (
-	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -80,15 +79,15 @@ func TestNonBlockingCalls(t *testing.T) {
 	}
 }
 
-// nbConn keeps net.TCPConn's semantics: a read waits for bytes and ends at the read deadline
+// Conn keeps net.TCPConn's semantics: a read waits for bytes and ends at the read deadline
 // with a timeout *net.OpError; a write larger than the socket buffers waits until the peer
 // reads, and one the peer never reads ends at the write deadline with the bytes the socket
 // took; the end of the stream is io.EOF.
 func TestNonBlockingConn(t *testing.T) {
 	c, s := tcpPair(t)
-	nc, ok := nonBlockingSocket(c).(*nbConn)
+	nc, ok := NonBlocking(c).(*Conn)
 	if !ok {
-		t.Fatal("a *net.TCPConn did not become an nbConn")
+		t.Fatal("a *net.TCPConn did not become an Conn")
 	}
 
 	go func() {
@@ -131,59 +130,10 @@ func TestNonBlockingConn(t *testing.T) {
 
 	// A peer that closes with nothing unread (the one above would reset): the end of stream.
 	c2, s2 := tcpPair(t)
-	nc2 := nonBlockingSocket(c2)
+	nc2 := NonBlocking(c2)
 	_ = s2.Close()
 	_ = nc2.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if n, err := nc2.Read(buf); n != 0 || err != io.EOF {
 		t.Fatalf("read after the peer closed: %d, %v; want io.EOF", n, err)
-	}
-}
-
-// Both places a TLS layer is set up put it on an nbConn: the listener's accept
-// (windowListener) and the upstream handshake.
-func TestTLSSocketsAreNonBlocking(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	wl := windowListener{ln}
-	dialed := make(chan net.Conn, 1)
-	go func() {
-		c, _ := net.Dial("tcp", ln.Addr().String())
-		dialed <- c
-	}()
-	c, err := wl.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if cc := <-dialed; cc != nil {
-		defer cc.Close()
-	}
-	if ws, ok := c.(*windowedSocket); !ok {
-		t.Fatalf("accepted %T, want *windowedSocket", c)
-	} else if _, ok := ws.Conn.(*nbConn); !ok {
-		t.Fatalf("the accepted socket below TLS is %T, want *nbConn", ws.Conn)
-	}
-
-	pki := newTestPKI(t)
-	cert, _, _ := pki.issue(t, "upstream", "127.0.0.1")
-	addr := startTLSUpstream(t, cert)
-	raw, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc, err := upstreamHandshake(raw, &tls.Config{RootCAs: pki.pool, ServerName: "127.0.0.1"}, time.Now().Add(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
-	ws, ok := tc.(*tls.Conn).NetConn().(*windowedSocket)
-	if !ok {
-		t.Fatalf("the upstream TLS layer is on %T, want *windowedSocket", tc.(*tls.Conn).NetConn())
-	}
-	if _, ok := ws.Conn.(*nbConn); !ok {
-		t.Fatalf("the upstream socket below TLS is %T, want *nbConn", ws.Conn)
 	}
 }

@@ -1,4 +1,11 @@
-package gateway
+// Package socket holds the socket calls both sides of the proxy share (STYLE 1): the
+// non-blocking raw reads, writes and peeks (nonblock.go), the write-then-wait raw path of a
+// plain TCP connection (raw.go), the liveness peek (peek.go), and the socket below a TLS layer
+// with its sliding write window (window.go). The gateway (client connections) and package
+// upstream (upstream connections) both import it; it imports only the standard library.
+//
+// This file owns the raw system calls and Conn, the non-blocking socket below TLS.
+package socket
 
 import (
 	"errors"
@@ -10,7 +17,7 @@ import (
 	"unsafe"
 )
 
-// The system calls of the raw path (upstreamraw.go) and the liveness peek (watch.go) are made
+// The system calls of the raw path (raw.go) and the liveness peek (peek.go) are made
 // with RawSyscall, without the runtime's entersyscall and exitsyscall around them.
 //
 // Why: each of them is a read, write or MSG_DONTWAIT recvfrom on a socket that is in
@@ -63,14 +70,14 @@ func nbPeek(fd uintptr, p []byte) (int, error) {
 	return int(n), nil
 }
 
-// nbConn is a plain TCP socket whose Read and Write make the raw calls above: the socket below
-// a TLS layer (windowedSocket, at the client's accept and the upstream's dial), which the raw
+// Conn is a plain TCP socket whose Read and Write make the raw calls above: the socket below
+// a TLS layer (Windowed, at the client's accept and the upstream's dial), which the raw
 // path cannot serve because TLS reads whole records through its own buffer. Its semantics are
 // net.Conn's: Read tries the socket first and then waits under the read deadline, Write writes
 // everything, waiting under the write deadline when the socket's buffer is full, and their
 // errors are the *net.OpError that net.TCPConn returns. One Read and one Write at a time own
 // their half of the state (rmu, wmu), as the poller serializes them anyway.
-type nbConn struct {
+type Conn struct {
 	*net.TCPConn
 	rc syscall.RawConn
 
@@ -87,20 +94,20 @@ type nbConn struct {
 	werr error
 }
 
-// nonBlockingSocket returns c as an nbConn when it is a *net.TCPConn, else c itself.
-func nonBlockingSocket(c net.Conn) net.Conn {
-	tc, rc, ok := socketOf(c)
+// NonBlocking returns c as a Conn when it is a *net.TCPConn, else c itself.
+func NonBlocking(c net.Conn) net.Conn {
+	tc, rc, ok := Of(c)
 	if !ok {
 		return c
 	}
-	s := &nbConn{TCPConn: tc, rc: rc}
+	s := &Conn{TCPConn: tc, rc: rc}
 	s.rfn, s.wfn = s.readFD, s.writeFD
 	return s
 }
 
-// socketOf returns c's RawConn when c is the kernel's socket itself: a wrapper (the PROXY
+// Of returns c's RawConn when c is the kernel's socket itself: a wrapper (the PROXY
 // protocol's, TLS) may hold bytes read from it that the socket no longer has.
-func socketOf(c net.Conn) (*net.TCPConn, syscall.RawConn, bool) {
+func Of(c net.Conn) (*net.TCPConn, syscall.RawConn, bool) {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
 		return nil, nil, false
@@ -112,9 +119,9 @@ func socketOf(c net.Conn) (*net.TCPConn, syscall.RawConn, bool) {
 	return tc, rc, true
 }
 
-// nbReadStep reads once into p: again when the socket has nothing yet (EAGAIN; EINTR is
+// ReadStep reads once into p: again when the socket has nothing yet (EAGAIN; EINTR is
 // retried), else the bytes read, io.EOF at the end of the stream, or the call's error.
-func nbReadStep(fd uintptr, p []byte) (n int, again bool, err error) {
+func ReadStep(fd uintptr, p []byte) (n int, again bool, err error) {
 	for {
 		n, err := nbRead(fd, p)
 		switch {
@@ -131,9 +138,9 @@ func nbReadStep(fd uintptr, p []byte) (n int, again bool, err error) {
 	}
 }
 
-// nbWriteStep writes p once (EINTR is retried): the bytes the socket took, again when it took
+// WriteStep writes p once (EINTR is retried): the bytes the socket took, again when it took
 // none because its buffer is full (EAGAIN), or the call's error.
-func nbWriteStep(fd uintptr, p []byte) (n int, again bool, err error) {
+func WriteStep(fd uintptr, p []byte) (n int, again bool, err error) {
 	for {
 		n, err := nbWrite(fd, p)
 		switch {
@@ -148,7 +155,8 @@ func nbWriteStep(fd uintptr, p []byte) (n int, again bool, err error) {
 	}
 }
 
-func (s *nbConn) Read(p []byte) (int, error) {
+// Read reads into p as net.TCPConn.Read does, through the raw calls.
+func (s *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -163,8 +171,8 @@ func (s *nbConn) Read(p []byte) (int, error) {
 	return s.rn, s.rerr
 }
 
-func (s *nbConn) readFD(fd uintptr) bool {
-	n, again, err := nbReadStep(fd, s.rp)
+func (s *Conn) readFD(fd uintptr) bool {
+	n, again, err := ReadStep(fd, s.rp)
 	switch {
 	case again:
 		return false // wait for the socket
@@ -177,7 +185,8 @@ func (s *nbConn) readFD(fd uintptr) bool {
 	return true
 }
 
-func (s *nbConn) Write(p []byte) (int, error) {
+// Write writes all of p as net.TCPConn.Write does, through the raw calls.
+func (s *Conn) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -192,9 +201,9 @@ func (s *nbConn) Write(p []byte) (int, error) {
 	return s.wn, s.werr
 }
 
-func (s *nbConn) writeFD(fd uintptr) bool {
+func (s *Conn) writeFD(fd uintptr) bool {
 	for len(s.wp) > 0 {
-		n, again, err := nbWriteStep(fd, s.wp)
+		n, again, err := WriteStep(fd, s.wp)
 		s.wn += n
 		s.wp = s.wp[n:]
 		switch {
@@ -210,7 +219,7 @@ func (s *nbConn) writeFD(fd uintptr) bool {
 
 // opError wraps err as net.TCPConn's Read and Write do; the poller's own errors (a deadline,
 // a closed connection) come from RawConn wrapped once already, as "raw-read" or "raw-write".
-func (s *nbConn) opError(op string, err error) error {
+func (s *Conn) opError(op string, err error) error {
 	var oe *net.OpError
 	if errors.As(err, &oe) {
 		err = oe.Err
