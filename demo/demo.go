@@ -61,7 +61,7 @@ type Upstreams struct {
 	API2 string
 	// WS is the "127.0.0.1:port" of the WebSocket echo upstream (ws.go).
 	WS string
-	ws *wsEcho
+	ws *WSEcho
 
 	servers []*server
 	// done is closed when Close begins: waiting reports and body copies stop at once.
@@ -109,7 +109,7 @@ func Start() (*Upstreams, error) {
 		_ = u.Close()
 		return nil, err
 	}
-	u.WS, u.ws = ws.addr(), ws
+	u.WS, u.ws = ws.Addr(), ws
 	return u, nil
 }
 
@@ -195,7 +195,7 @@ func (u *Upstreams) Close() error {
 		cutter.Wait()
 		u.wg.Wait()
 		if u.ws != nil {
-			if err := u.ws.close(); err != nil {
+			if err := u.ws.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("demo: cannot close the ws listener: %w", err))
 			}
 		}

@@ -15,11 +15,13 @@ import (
 	"time"
 )
 
-// The demo's WebSocket echo upstream, behind the /ws route (SPEC 15): a minimal RFC 6455
-// server on raw net.Conn, so that the demo needs no dependency. It answers the opening
-// handshake (section 4.2.2), then echoes every text and binary frame unmasked (5.1), answers a
-// ping with a pong (5.5.2) and a close with a close (5.5.1). It is a demo, not a library: no
-// extensions, no subprotocols, frames of at most wsMaxFrameBytes.
+// The WebSocket echo upstream of the demo's /ws route and of the load test's tunnel scenario
+// (SPEC 15): a minimal RFC 6455 server on raw net.Conn, so that neither needs a dependency. It
+// answers the opening handshake (section 4.2.2), then, framed (the demo), echoes every text
+// and binary frame unmasked (5.1), answers a ping with a pong (5.5.2) and a close with a close
+// (5.5.1); or, raw (the load test), echoes the bytes as they come: a tunnel is
+// byte-transparent, so framing would only cost the client and the upstream. It is a demo, not
+// a library: no extensions, no subprotocols, frames of at most wsMaxFrameBytes.
 
 const (
 	// wsMaxFrameBytes bounds one frame's payload; a longer one closes the connection.
@@ -39,30 +41,40 @@ const (
 	wsOpPong  = 0xA
 )
 
-// wsEcho is the echo server: its listener and the connections it serves, for Close.
-type wsEcho struct {
-	ln net.Listener
-	wg sync.WaitGroup
+// WSEcho is the echo server: its listener and the connections it serves, for Close.
+type WSEcho struct {
+	ln  net.Listener
+	raw bool
+	wg  sync.WaitGroup
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	closed bool
 }
 
-// startWSEcho listens on an ephemeral loopback port and serves until close.
-func startWSEcho() (*wsEcho, error) {
+// startWSEcho listens on an ephemeral loopback port and serves the demo's framed echo until
+// Close.
+func startWSEcho() (*WSEcho, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("demo: cannot listen for the ws upstream on 127.0.0.1: %w", err)
 	}
-	s := &wsEcho{ln: ln, conns: make(map[net.Conn]struct{})}
-	s.wg.Go(s.accept)
-	return s, nil
+	return ServeWSEcho(ln, false), nil
 }
 
-func (s *wsEcho) addr() string { return s.ln.Addr().String() }
+// ServeWSEcho serves the echo on ln until Close. raw echoes the bytes after the handshake as
+// they come, and answers a request that is no upgrade (a relay's health check) with a 200;
+// otherwise frames are echoed and a plain request gets a 426.
+func ServeWSEcho(ln net.Listener, raw bool) *WSEcho {
+	s := &WSEcho{ln: ln, raw: raw, conns: make(map[net.Conn]struct{})}
+	s.wg.Go(s.accept)
+	return s
+}
 
-func (s *wsEcho) accept() {
+// Addr returns the listener's host:port.
+func (s *WSEcho) Addr() string { return s.ln.Addr().String() }
+
+func (s *WSEcho) accept() {
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
@@ -87,13 +99,13 @@ func (s *wsEcho) accept() {
 				s.mu.Unlock()
 				_ = c.Close()
 			}()
-			serveWS(c)
+			serveWS(c, s.raw)
 		})
 	}
 }
 
-// close stops the listener, closes every connection and waits for their goroutines.
-func (s *wsEcho) close() error {
+// Close stops the listener, closes every connection and waits for their goroutines.
+func (s *WSEcho) Close() error {
 	err := s.ln.Close()
 	s.mu.Lock()
 	s.closed = true
@@ -105,8 +117,8 @@ func (s *wsEcho) close() error {
 	return err
 }
 
-// serveWS answers one connection: the handshake, then the echo.
-func serveWS(c net.Conn) {
+// serveWS answers one connection: the handshake, then the echo (raw: of bytes, else of frames).
+func serveWS(c net.Conn, raw bool) {
 	_ = c.SetDeadline(time.Now().Add(headerReadTimeout))
 	br := bufio.NewReader(c)
 	tp := textproto.NewReader(br)
@@ -119,17 +131,27 @@ func serveWS(c net.Conn) {
 		return
 	}
 	key := hdr.Get("Sec-Websocket-Key")
+	if raw && !strings.EqualFold(hdr.Get("Upgrade"), "websocket") {
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+		return
+	}
 	if !strings.HasPrefix(line, "GET ") || !strings.EqualFold(hdr.Get("Upgrade"), "websocket") || key == "" {
 		_, _ = io.WriteString(c, "HTTP/1.1 426 Upgrade Required\r\nSec-WebSocket-Version: 13\r\nContent-Type: text/plain\r\nContent-Length: 35\r\nConnection: close\r\n\r\nthis upstream speaks WebSocket only")
 		return
 	}
-	if hdr.Get("Sec-Websocket-Version") != "13" {
+	if !raw && hdr.Get("Sec-Websocket-Version") != "13" {
 		_, _ = io.WriteString(c, "HTTP/1.1 426 Upgrade Required\r\nSec-WebSocket-Version: 13\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 		return
 	}
 	sum := sha1.Sum([]byte(key + wsGUID))
 	accept := base64.StdEncoding.EncodeToString(sum[:])
 	if _, err := io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "+accept+"\r\n\r\n"); err != nil {
+		return
+	}
+	if raw {
+		_ = c.SetDeadline(time.Time{})
+		buf := make([]byte, 64<<10) // as the relay's: the echo must not be what limits either
+		_, _ = io.CopyBuffer(struct{ io.Writer }{c}, struct{ io.Reader }{br}, buf)
 		return
 	}
 	payload := make([]byte, 0, 4<<10)

@@ -90,3 +90,48 @@ func TestWSRefusesPlainHTTP(t *testing.T) {
 		t.Errorf("%d %s", resp.StatusCode, b)
 	}
 }
+
+// The raw mode (the load test's tunnel upstream): the same handshake, then the bytes come back
+// as they were sent, unframed; a request that is no upgrade (a relay's health check) is a 200.
+func TestWSEchoRaw(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := ServeWSEcho(ln, true)
+	defer e.Close()
+
+	resp, err := http.Get("http://" + e.Addr() + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "ok" {
+		t.Errorf("plain request: %d %q, want 200 ok", resp.StatusCode, b)
+	}
+
+	c, err := net.Dial("tcp", e.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = io.WriteString(c, "GET /ws/ HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+	br := bufio.NewReader(c)
+	hs, err := http.ReadResponse(br, &http.Request{Method: "GET"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hs.StatusCode != 101 || hs.Header.Get("Sec-WebSocket-Accept") != "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" {
+		t.Fatalf("handshake: %d %v", hs.StatusCode, hs.Header)
+	}
+	msg := bytes.Repeat([]byte("not a frame "), 1000)
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(br, got); err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("echo: %v, %d bytes equal %v", err, len(got), bytes.Equal(got, msg))
+	}
+}

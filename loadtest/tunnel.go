@@ -3,8 +3,6 @@ package main
 import (
 	"bufio"
 	"crypto/rand"
-	"crypto/sha1"
-	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -17,9 +15,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"toron/demo"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
@@ -32,9 +31,10 @@ import (
 //     by their number (target: <= 32 KiB);
 //   - /api p99 with those tunnels open against none (target: within 1.2 x).
 //
-// The echo upstream answers the WebSocket handshake, then echoes raw bytes: a tunnel is
-// byte-transparent, so framing would only cost the client and the upstream. The same handshake
-// goes through the relay, which parses nothing.
+// The echo upstream (demo.ServeWSEcho, raw: the demo's echo without framing) answers the
+// WebSocket handshake, then echoes raw bytes: a tunnel is byte-transparent, so framing would
+// only cost the client and the upstream. The same handshake goes through the relay, which
+// parses nothing.
 //
 // The ws-echo helper is the demo's client: one handshake, one masked text frame, its echo.
 
@@ -43,74 +43,6 @@ const (
 	// tunnelEchoConns is the number of tunnels (or relay connections) of one throughput round.
 	tunnelEchoConns = 4
 )
-
-// rawEcho is the tunnel scenario's upstream: a WebSocket handshake, then a byte echo; other
-// requests (the relay's /health check) get a 200.
-type rawEcho struct {
-	ln net.Listener
-	wg sync.WaitGroup
-
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-}
-
-func serveRawEcho(ln net.Listener) *rawEcho {
-	e := &rawEcho{ln: ln, conns: map[net.Conn]struct{}{}}
-	e.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				if errors.Is(err, net.ErrClosed) {
-					return
-				}
-				time.Sleep(5 * time.Millisecond)
-				continue
-			}
-			e.mu.Lock()
-			e.conns[c] = struct{}{}
-			e.mu.Unlock()
-			e.wg.Go(func() {
-				defer func() {
-					e.mu.Lock()
-					delete(e.conns, c)
-					e.mu.Unlock()
-					c.Close()
-				}()
-				e.serve(c)
-			})
-		}
-	})
-	return e
-}
-
-func (e *rawEcho) serve(c net.Conn) {
-	br := bufio.NewReader(c)
-	req, err := http.ReadRequest(br)
-	if err != nil {
-		return
-	}
-	if !strings.EqualFold(req.Header.Get("Upgrade"), "websocket") {
-		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-		return
-	}
-	sum := sha1.Sum([]byte(req.Header.Get("Sec-WebSocket-Key") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
-	if _, err := io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "+
-		base64.StdEncoding.EncodeToString(sum[:])+"\r\n\r\n"); err != nil {
-		return
-	}
-	buf := make([]byte, 64<<10) // as the relay's: the echo must not be what limits either
-	io.CopyBuffer(struct{ io.Writer }{c}, struct{ io.Reader }{br}, buf)
-}
-
-func (e *rawEcho) close() {
-	e.ln.Close()
-	e.mu.Lock()
-	for c := range e.conns {
-		c.Close()
-	}
-	e.mu.Unlock()
-	e.wg.Wait()
-}
 
 // dialWS opens a connection to hostport and completes a WebSocket handshake for path.
 func dialWS(hostport, path string) (net.Conn, *bufio.Reader, error) {
@@ -328,7 +260,7 @@ func serveWSUpstream(o options) error {
 	if err != nil {
 		return fmt.Errorf("loadtest: ws upstream cannot listen on %s: %w", o.listen, err)
 	}
-	e := serveRawEcho(ln)
+	e := demo.ServeWSEcho(ln, true)
 	fmt.Printf("loadtest ws upstream on %s (pid %d)\n", ln.Addr(), os.Getpid())
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
@@ -337,7 +269,7 @@ func serveWSUpstream(o options) error {
 	case <-sig:
 	case <-time.After(o.lifetime):
 	}
-	e.close()
+	_ = e.Close()
 	return nil
 }
 
