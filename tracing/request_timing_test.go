@@ -1,0 +1,90 @@
+package tracing
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// offlineTracer is a Tracer whose collector is never reached: its spans queue (then drop)
+// without a network round trip in the measured loop. Shutdown drops what is left.
+func offlineTracer(tb testing.TB, ratio float64) *Tracer {
+	tb.Helper()
+	tr, err := New(Options{Endpoint: "http://127.0.0.1:9/v1/traces", SampleRatio: ratio, TrustIncoming: true,
+		BatchTimeout: time.Hour}, metrics.NewSet())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tr.Shutdown(ctx)
+	})
+	return tr
+}
+
+// oneRequest is the gateway's sequence for a request with one upstream attempt.
+func oneRequest(r *Request, tr *Tracer, tp, ts []byte, head []byte, now time.Time) []byte {
+	r.Begin(tr, tp, ts, true, now)
+	r.StartAttempt(methodGET, "127.0.0.1:9001", now)
+	head = r.AppendTraceparent(head[:0])
+	if st := r.Tracestate(); st != nil {
+		head = append(head, st...)
+	}
+	r.EndAttempt(200, "", now)
+	head = r.AppendTraceID(head)
+	r.End(Outcome{Method: methodGET, Path: pathAPI, Route: "api", RoutePrefix: "/api", Status: 200,
+		ClientIP: clientIP, End: now})
+	return head
+}
+
+var (
+	methodGET = []byte("GET")
+	pathAPI   = []byte("/api/users")
+	clientIP  = netip.MustParseAddr("192.0.2.7")
+)
+
+// TestUnsampledRequestAllocs: SPEC 21's promise, an unsampled request allocates nothing for
+// tracing, for a new trace and for a continued unsampled one with a tracestate.
+func TestUnsampledRequestAllocs(t *testing.T) {
+	tr := offlineTracer(t, 0)
+	var r Request
+	head := make([]byte, 0, 256)
+	now := time.Now()
+	tp := []byte("00-" + sampleTrace + "-" + sampleParent + "-00")
+	ts := []byte("congo=t61rcWkgMzE,rojo=00f067aa0ba902b7")
+	for name, hdr := range map[string][2][]byte{"new trace": {nil, nil}, "continued, unsampled": {tp, ts}} {
+		oneRequest(&r, tr, hdr[0], hdr[1], head, now) // the tracestate buffer grows once
+		if n := testing.AllocsPerRun(200, func() { head = oneRequest(&r, tr, hdr[0], hdr[1], head, now) }); n != 0 {
+			t.Errorf("%s: %v allocs per request, want 0", name, n)
+		}
+		if r.Sampled() {
+			t.Errorf("%s: sampled", name)
+		}
+	}
+}
+
+func BenchmarkRequest(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		ratio float64
+		off   bool
+	}{{"off", 0, true}, {"unsampled", 0, false}, {"sampled", 1, false}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var tr *Tracer
+			if !bc.off {
+				tr = offlineTracer(b, bc.ratio)
+			}
+			var r Request
+			head := make([]byte, 0, 256)
+			now := time.Now()
+			b.ReportAllocs()
+			for b.Loop() {
+				head = oneRequest(&r, tr, nil, nil, head, now)
+			}
+		})
+	}
+}
