@@ -73,9 +73,9 @@ func TestAppendTraceparent(t *testing.T) {
 func TestValidTracestate(t *testing.T) {
 	for in, want := range map[string]bool{
 		"congo=t61rcWkgMzE,rojo=00f067aa0ba902b7": true,
-		"":                                         true,
-		"a=b\r\nx: y":                              false,
-		string(bytes.Repeat([]byte("a"), 513)):     false,
+		"":                                     true,
+		"a=b\r\nx: y":                          false,
+		string(bytes.Repeat([]byte("a"), 513)): false,
 	} {
 		if got := ValidTracestate([]byte(in)); got != want {
 			t.Errorf("ValidTracestate(%.20q) = %v, want %v", in, got, want)
