@@ -25,6 +25,7 @@ const (
 	kindDuration             // time.Duration: a Go duration string such as "5s"
 	kindStrings              // []string: a YAML list of strings
 	kindTLS                  // *TLS: the server.tls mapping (conf/tls.go)
+	kindStrMap               // map[string]string: names to strings (conf/tracing.go)
 )
 
 // describe says what a value of the kind looks like, for error messages.
@@ -47,6 +48,8 @@ func (k kind) describe() string {
 		return "a list of strings"
 	case kindTLS:
 		return "a mapping with certs"
+	case kindStrMap:
+		return "a mapping of names to strings"
 	default:
 		return "a string"
 	}
@@ -93,6 +96,8 @@ func schemaOf(t reflect.Type) schema {
 			s[tag] = kindBool
 		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.String:
 			s[tag] = kindStrings
+		case ft.Kind() == reflect.Map && ft.Key().Kind() == reflect.String && ft.Elem().Kind() == reflect.String:
+			s[tag] = kindStrMap
 		case ft.Kind() == reflect.Struct:
 			s[tag] = mappingKind(ft)
 		default:
@@ -210,6 +215,8 @@ func fromYAML(v any, k kind) (any, error) {
 		}
 	case kindTLS:
 		return decodeTLS(v)
+	case kindStrMap:
+		return decodeStringMap(v)
 	case kindStrings:
 		list, ok := v.([]any)
 		if !ok {
@@ -291,6 +298,8 @@ func fromEnv(s string, k kind) (any, error) {
 		return parseDuration(s)
 	case kindStrings:
 		return envList(s), nil
+	case kindStrMap:
+		return envStringMap(s)
 	}
 	// A mapping is set key by key (TORON_SERVER__PROXY_PROTOCOL__ENABLED).
 	return nil, fmt.Errorf("cannot be set from the environment")

@@ -131,6 +131,7 @@ func (c *Config) warnings() []string {
 			h, c.Server.MaxConnections))
 	}
 	out = append(out, c.tlsWarnings()...)
+	out = append(out, c.tracingWarnings()...)
 	var parts []string
 	total := 0
 	for _, r := range c.Routes {

@@ -65,6 +65,7 @@ func TestDefaults(t *testing.T) {
 		MetricsPath:           "/metrics",
 		TrustedProxies:        []string{},
 		ProxyProtocol:         ProxyProtocol{Allow: []string{}, Timeout: 5 * time.Second},
+		Tracing:               Tracing{SampleRatio: 0.01, ServiceName: "toron", TrustIncoming: true},
 	}
 	if !reflect.DeepEqual(cfg.Server, want) {
 		t.Errorf("server defaults\n got %+v\nwant %+v", cfg.Server, want)

@@ -77,6 +77,8 @@ type Server struct {
 	ProxyProtocol ProxyProtocol `koanf:"proxy_protocol" json:"proxy_protocol"`
 	// TLS turns TLS on for the listener (SPEC 14); nil (the default): plain HTTP.
 	TLS *TLS `koanf:"tls" json:"tls,omitempty"`
+	// Tracing exports OpenTelemetry traces (SPEC 21, conf/tracing.go); off without endpoint.
+	Tracing Tracing `koanf:"tracing" json:"tracing"`
 }
 
 // Log holds the log settings (config.yaml, key log).

@@ -119,6 +119,7 @@ func (l *loader) checkServer(cfg *Config) {
 	}
 
 	l.checkTLS(cfg)
+	l.checkTracing(cfg)
 
 	switch cfg.Log.Level {
 	case "debug", "info", "warn", "error":
