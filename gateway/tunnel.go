@@ -374,6 +374,9 @@ func (g *Gateway) runTunnel(c net.Conn, cc *clientConn, x *exchange) {
 		Client:      streaming.TunnelEnd{Conn: raw, Reader: c, Count: st.toUpstream},
 		Upstream:    streaming.TunnelEnd{Conn: t.up, Count: st.toClient},
 		IdleTimeout: x.route.eff.TunnelIdleTimeout,
+		// SPEC 15: a side that takes no byte of a pending write for write_timeout ends the
+		// tunnel, toward the client as toward the upstream.
+		WriteTimeout: x.route.eff.WriteTimeout,
 	}
 	if !g.tunnels.start(t) {
 		return
@@ -543,6 +546,8 @@ func (g *Gateway) logTunnel(x *exchange, err error) {
 	switch {
 	case errors.Is(err, streaming.ErrTunnelIdle):
 		end = "idle_timeout"
+	case errors.Is(err, streaming.ErrTunnelStalled):
+		end = "write_timeout"
 	case err != nil:
 		end = "error"
 	}

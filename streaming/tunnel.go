@@ -26,9 +26,11 @@ import (
 //
 // Deadlines: no deadline system call per read. Each direction's read deadline is the time of
 // the last byte moved in either direction plus IdleTimeout; when it passes, the direction looks
-// at that time again and re-arms, or ends the tunnel as idle. Writes slide their deadline by
-// IdleTimeout, re-armed when less than half of it remains: a peer that takes no byte of a
-// write for IdleTimeout ends the tunnel too (it is as idle as a silent one, and holds a buffer).
+// at that time again and re-arms, or ends the tunnel as idle. Writes run under WriteTimeout,
+// armed afresh for each write call (a timer update in the runtime's poller, no system call): a
+// peer that takes no byte of a pending write for WriteTimeout ends the tunnel (SPEC 15, the
+// slow-read defence), and so does a write that fails at once after a deadline passed: crypto/tls
+// keeps a write deadline's error and returns it from every later Write, so retrying would spin.
 
 const (
 	// TunnelSmallBufferSize is the buffer each direction reads into while bytes trickle (chat
@@ -41,9 +43,12 @@ const (
 
 var tunnelPool = sync.Pool{New: func() any { b := make([]byte, TunnelBufferSize); return &b }}
 
-// ErrTunnelIdle reports a tunnel closed because no byte moved either way for its idle timeout
-// (or a peer took no byte of a write for that long).
+// ErrTunnelIdle reports a tunnel closed because no byte moved either way for its idle timeout.
 var ErrTunnelIdle = errors.New("streaming: tunnel idle timeout")
+
+// ErrTunnelStalled reports a tunnel closed because a side took no byte of a pending write for
+// the write timeout.
+var ErrTunnelStalled = errors.New("streaming: tunnel peer took no byte for the write timeout")
 
 // Counter receives the bytes a tunnel moves (a metrics counter).
 type Counter interface{ Add(n int) }
@@ -65,6 +70,9 @@ type Tunnel struct {
 	Client, Upstream TunnelEnd
 	// IdleTimeout closes the tunnel when no byte moved either way for this long; > 0.
 	IdleTimeout time.Duration
+	// WriteTimeout closes the tunnel when a side takes no byte of a pending write for this
+	// long (the route's write_timeout); zero means IdleTimeout.
+	WriteTimeout time.Duration
 
 	last       atomic.Int64 // UnixNano of the last byte read from either side
 	stopping   atomic.Bool
@@ -74,12 +82,16 @@ type Tunnel struct {
 }
 
 // Run copies until one side ends (either direction), then lets the other direction finish the
-// write in progress and stops it. It returns nil when a side closed cleanly, ErrTunnelIdle for the idle timeout,
-// else the first error met (a reset, a closed socket). It closes neither connection: the owner
+// write in progress and stops it. It returns nil when a side closed cleanly, ErrTunnelIdle for
+// the idle timeout, ErrTunnelStalled for a side that stopped reading, else the first error met
+// (a reset, a closed socket). It closes neither connection: the owner
 // does, after Run.
 func (t *Tunnel) Run() error {
 	if t.IdleTimeout <= 0 {
 		panic("BUG: streaming: tunnel without an idle timeout")
+	}
+	if t.WriteTimeout <= 0 {
+		t.WriteTimeout = t.IdleTimeout
 	}
 	t.last.Store(time.Now().UnixNano())
 	down := make(chan error, 1)
@@ -92,6 +104,8 @@ func (t *Tunnel) Run() error {
 	t.halt()
 	errDown := <-down
 	switch {
+	case errors.Is(errUp, ErrTunnelStalled) || errors.Is(errDown, ErrTunnelStalled):
+		return ErrTunnelStalled
 	case errors.Is(errUp, ErrTunnelIdle) || errors.Is(errDown, ErrTunnelIdle):
 		return ErrTunnelIdle
 	case errUp != nil:
@@ -118,7 +132,8 @@ func (t *Tunnel) ToClient() int64 { return t.toClient.Load() }
 var pastDeadline = time.Unix(1, 0)
 
 // halt stops the direction still running once the other ended: its blocked read wakes up (a
-// write in progress completes first, so the bytes in flight are delivered).
+// write in progress completes first, so the bytes in flight are delivered, within the write
+// timeout).
 func (t *Tunnel) halt() {
 	t.stopping.Store(true)
 	_ = t.Client.Conn.SetReadDeadline(pastDeadline)
@@ -144,7 +159,6 @@ func (t *Tunnel) pipe(src, dst *TunnelEnd, moved *atomic.Int64, small []byte) er
 	if t.stopping.Load() {
 		return nil
 	}
-	var wdl time.Time
 	for {
 		buf := small
 		if big != nil {
@@ -154,7 +168,7 @@ func (t *Tunnel) pipe(src, dst *TunnelEnd, moved *atomic.Int64, small []byte) er
 		if n > 0 {
 			now := time.Now()
 			t.last.Store(now.UnixNano())
-			if werr := t.write(dst.Conn, buf[:n], now, &wdl); werr != nil {
+			if werr := t.write(dst.Conn, buf[:n], now); werr != nil {
 				return werr
 			}
 			moved.Add(int64(n))
@@ -204,31 +218,28 @@ func (t *Tunnel) armRead(c net.Conn, from time.Time) error {
 	return c.SetReadDeadline(from.Add(t.IdleTimeout))
 }
 
-// write writes p whole under the sliding write deadline *wdl; now is the time of the call.
-func (t *Tunnel) write(c net.Conn, p []byte, now time.Time, wdl *time.Time) error {
-	start := now
+// write writes p whole, each write call under a deadline WriteTimeout after it starts; now is
+// the time of the call. A call that timed out having written nothing ends the tunnel
+// (ErrTunnelStalled), as does one that failed before its deadline (a TLS connection that keeps
+// the error of an earlier timeout); one that wrote some bytes before its deadline passed goes on
+// with the rest (the peer reads, slowly).
+func (t *Tunnel) write(c net.Conn, p []byte, now time.Time) error {
 	for len(p) > 0 {
-		if wdl.Sub(now) < t.IdleTimeout/2 {
-			*wdl = now.Add(t.IdleTimeout)
-			if err := c.SetWriteDeadline(*wdl); err != nil {
-				return err
-			}
+		dl := now.Add(t.WriteTimeout)
+		if err := c.SetWriteDeadline(dl); err != nil {
+			return err
 		}
 		n, err := c.Write(p)
 		p = p[n:]
 		if err == nil {
 			continue
 		}
-		now = time.Now()
 		if !errors.Is(err, os.ErrDeadlineExceeded) {
 			return err
 		}
-		if n > 0 {
-			start = now // progress: the peer reads, slowly
-			continue
-		}
-		if now.Sub(start) >= t.IdleTimeout {
-			return ErrTunnelIdle
+		now = time.Now()
+		if n == 0 || now.Before(dl) {
+			return ErrTunnelStalled
 		}
 	}
 	return nil
