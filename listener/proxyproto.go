@@ -8,6 +8,7 @@ package listener
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"net"
 	"net/netip"
@@ -120,9 +121,43 @@ func addrOf(a net.Addr) netip.Addr {
 	return netip.Addr{}
 }
 
-// headerBufferBytes holds a whole v1 header (at most 107 bytes, which go-proxyproto wants in
-// one read) and the common v2 ones; longer v2 TLVs are read in several fills.
+// headerBufferBytes holds a whole v1 header (at most v1HeaderMaxBytes, which go-proxyproto
+// wants buffered before it parses: bufferV1Line gathers it) and the common v2 ones; longer v2
+// TLVs are read in several fills.
 const headerBufferBytes = 256
+
+// v1HeaderMaxBytes is the longest v1 header line, CRLF included (the PROXY protocol spec,
+// section 2.1: "PROXY UNKNOWN" and two full IPv6 addresses and ports).
+const v1HeaderMaxBytes = 107
+
+// readProxyHeader reads a v1 or v2 header from br, in as many reads as it takes.
+func readProxyHeader(br *bufio.Reader) (*proxyproto.Header, error) {
+	bufferV1Line(br)
+	return proxyproto.Read(br)
+}
+
+// bufferV1Line makes br hold a v1 header's whole line when its first byte can start one: it
+// reads until a line feed or v1HeaderMaxBytes are buffered, in as many reads as the segments
+// take (under the header deadline), never past what the socket delivered. go-proxyproto refuses a
+// v1 header that it did not find buffered whole (the spec lets a receiver refuse a partial
+// header; Toron must not, since segmentation is the network's choice, SPEC 16). A read error is
+// left to the parser, which then sees a short line and refuses it.
+func bufferV1Line(br *bufio.Reader) {
+	first, err := br.Peek(1)
+	if err != nil || first[0] != 'P' {
+		return
+	}
+	for {
+		have, _ := br.Peek(br.Buffered())
+		if bytes.IndexByte(have, '\n') >= 0 || len(have) >= v1HeaderMaxBytes {
+			return
+		}
+		// One more fill: Peek reads until one byte more than now is buffered.
+		if _, err := br.Peek(len(have) + 1); err != nil {
+			return
+		}
+	}
+}
 
 const (
 	statePending uint32 = iota
@@ -187,7 +222,7 @@ func (c *proxyConn) doReadHeader() {
 	var h *proxyproto.Header
 	if ok {
 		var err error
-		h, err = proxyproto.Read(br)
+		h, err = readProxyHeader(br)
 		ok = err == nil && h != nil
 	}
 	if ok && h.Command.IsProxy() && !h.TransportProtocol.IsUnspec() {

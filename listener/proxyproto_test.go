@@ -1,6 +1,8 @@
 package listener
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -312,4 +314,121 @@ func TestProxyProtocolKeepsDeadlines(t *testing.T) {
 	if _, ok := sc.(interface{ CloseWrite() error }); !ok {
 		t.Error("no CloseWrite: the gateway's lingering close would be skipped")
 	}
+}
+
+// TestProxyProtocolSplitHeader (SPEC 16): a header split over several TCP segments is read as
+// one, until the timeout: segmentation is the network's choice, not the balancer's.
+func TestProxyProtocolSplitHeader(t *testing.T) {
+	s := startEcho(t, nil, 5*time.Second)
+	v2 := v2Header(0x1, netip.MustParseAddrPort("203.0.113.9:4242"), netip.MustParseAddrPort("10.0.0.1:443"))
+	for _, tc := range []struct {
+		name   string
+		chunks []string
+		want   string
+	}{
+		{"v1 in two", []string{"PROXY TCP4 203.0.1", "13.7 10.0.0.1 56324 443\r\nhello"}, "203.0.113.7:56324|hello"},
+		{"v1 CR and LF apart", []string{"PROXY TCP4 203.0.113.7 10.0.0.1 56324 443\r", "\nhello"}, "203.0.113.7:56324|hello"},
+		{"v1 byte by byte", strings.Split("PROXY TCP6 2001:db8::7 2001:db8::1 4711 443\r\n", ""), "[2001:db8::7]:4711|"},
+		{"v1 signature cut", []string{"PRO", "XY TCP4 203.0.113.7 10.0.0.1 1 2\r\nx"}, "203.0.113.7:1|x"},
+		{"v2 in two", []string{string(v2[:14]), string(v2[14:]) + "hi"}, "203.0.113.9:4242|hi"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", s.addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			for i, chunk := range tc.chunks {
+				if i > 0 {
+					time.Sleep(20 * time.Millisecond) // its own segment (Go sets TCP_NODELAY)
+				}
+				if _, err := io.WriteString(c, chunk); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if strings.HasSuffix(tc.want, "|") {
+				time.Sleep(20 * time.Millisecond)
+				_, _ = io.WriteString(c, "z")
+				tc.want += "z"
+			}
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			out, err := io.ReadAll(c)
+			if err != nil || string(out) != tc.want {
+				t.Errorf("got %q %v, want %q", out, err, tc.want)
+			}
+		})
+	}
+	if n := s.rejected.Load(); n != 0 {
+		t.Errorf("rejected %d split headers", n)
+	}
+}
+
+// TestProxyProtocolSplitHeaderTimeout: a header that never completes is still bounded by the
+// timeout, and one without a line end within 107 bytes is refused at once.
+func TestProxyProtocolSplitHeaderTimeout(t *testing.T) {
+	s := startEcho(t, nil, 500*time.Millisecond)
+	start := time.Now()
+	got, err := exchange(t, s.addr(), "", []byte("PROXY TCP4 203.0.113.7 "))
+	if d := time.Since(start); got != "" || d < 400*time.Millisecond || d > 5*time.Second {
+		t.Errorf("partial header: %q %v after %s, want closed after about 500ms", got, err, d)
+	}
+	got, err = exchange(t, s.addr(), "", []byte("PROXY "+strings.Repeat("A", 120)))
+	if got != "" {
+		t.Errorf("overlong v1 header: %q %v", got, err)
+	}
+	waitFor(t, func() bool { return s.rejected.Load() == 2 })
+}
+
+// segmentReader delivers its bytes in reads of at most size bytes (TCP segments).
+type segmentReader struct {
+	b    []byte
+	size int
+}
+
+func (r *segmentReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := min(len(p), r.size, len(r.b))
+	copy(p, r.b[:n])
+	r.b = r.b[n:]
+	return n, nil
+}
+
+// FuzzProxyHeader: whatever bytes come first on a connection, reading the PROXY header never
+// panics, and the result does not depend on how the bytes were segmented: the same header (or
+// the same refusal) and the same bytes left for HTTP as when they arrive in one read.
+func FuzzProxyHeader(f *testing.F) {
+	v2 := v2Header(0x1, netip.MustParseAddrPort("203.0.113.9:4242"), netip.MustParseAddrPort("10.0.0.1:443"))
+	for _, seed := range [][]byte{
+		[]byte("PROXY TCP4 203.0.113.7 10.0.0.1 56324 443\r\nGET / HTTP/1.1\r\n\r\n"),
+		[]byte("PROXY TCP6 2001:db8::7 2001:db8::1 4711 443\r\nhi"),
+		[]byte("PROXY UNKNOWN\r\nx"),
+		[]byte("PROXY UNKNOWN ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff 65535 65535\r\n"),
+		[]byte("PROXY " + strings.Repeat("A", 120)),
+		[]byte("PROXY TCP4 1.2.3.4 5.6.7.8 1 2\n"),
+		append(append([]byte{}, v2...), "hi"...),
+		v2Header(0x0, netip.AddrPort{}, netip.AddrPort{}),
+		[]byte("GET / HTTP/1.1\r\n\r\n"),
+	} {
+		f.Add(seed, uint8(1))
+		f.Add(seed, uint8(7))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, size uint8) {
+		whole := bufio.NewReaderSize(bytes.NewReader(data), headerBufferBytes)
+		hw, errW := readProxyHeader(whole)
+		restW, _ := io.ReadAll(whole)
+		seg := bufio.NewReaderSize(&segmentReader{b: data, size: int(size%64) + 1}, headerBufferBytes)
+		hs, errS := readProxyHeader(seg)
+		restS, _ := io.ReadAll(seg)
+		if (errW == nil) != (errS == nil) {
+			t.Fatalf("whole: %v, segmented by %d: %v", errW, int(size%64)+1, errS)
+		}
+		if errW != nil {
+			return
+		}
+		if !hw.EqualsTo(hs) || !bytes.Equal(restW, restS) {
+			t.Fatalf("whole: %+v %q, segmented: %+v %q", hw, restW, hs, restS)
+		}
+	})
 }
