@@ -47,6 +47,34 @@ const (
 	// MaxDrainDelay is the ceiling of drain_delay: load balancers notice a draining /health
 	// within seconds.
 	MaxDrainDelay = 10 * time.Minute
+	// MinHealthCheckInterval is the floor of health_check.interval: health_check.interval: 1ns
+	// validated and made every target's checker a dial loop; ten checks a second per target
+	// notice a failure as fast as any balancer does, and more is load, not news.
+	MinHealthCheckInterval = 100 * time.Millisecond
+	// MaxHealthCheckInterval is the ceiling of health_check.interval: a target checked less
+	// often than hourly is not checked.
+	MaxHealthCheckInterval = time.Hour
+	// MaxHealthCheckTimeout is the ceiling of health_check.timeout (its floor is
+	// MinConnectTimeout: the check dials): a target that takes a minute to answer its health
+	// path is not healthy.
+	MaxHealthCheckTimeout = time.Minute
+	// MaxEjectTime is the ceiling of passive_health.eject_time and max_eject_time: a doubling
+	// up to a max_eject_time near the int64 limit overflowed into a negative ejection (the
+	// target was never ejected again); a day is beyond any outage a retry an hour later would
+	// not notice.
+	MaxEjectTime = 24 * time.Hour
+	// MinTunnelIdleTimeout is the floor of tunnel_idle_timeout: WebSocket pings come every few
+	// seconds at most; a tunnel cut faster than a second is cut between two messages.
+	MinTunnelIdleTimeout = time.Second
+	// MaxTunnelIdleTimeout is the ceiling of tunnel_idle_timeout: a silent tunnel held for more
+	// than a day is a dead peer holding a max_tunnels slot and a connection.
+	MaxTunnelIdleTimeout = 24 * time.Hour
+	// MaxHandshakeTimeout is the ceiling of an explicit tls.handshake_timeout and
+	// proxy_protocol.timeout (their floor is MinClientTimeout; left out, they are read_timeout,
+	// as SPEC 14 and 16 say): a client that has not
+	// finished its handshake, or a balancer its PROXY header, within a minute holds a connection
+	// for nothing (slowloris below HTTP).
+	MaxHandshakeTimeout = time.Minute
 )
 
 var durationBounds = map[string]durationBound{
@@ -59,6 +87,15 @@ var durationBounds = map[string]durationBound{
 	"upstream_idle_timeout":   {MinUpstreamIdleTimeout, MaxTimeout, "no upstream connection would be reused and the idle cleanup would spin"},
 	"shutdown_timeout":        {0, MaxTimeout, ""},
 	"drain_delay":             {0, MaxDrainDelay, ""},
+	"health_check.interval":   {MinHealthCheckInterval, MaxHealthCheckInterval, "every target would be checked in a loop"},
+	"health_check.timeout":    {MinConnectTimeout, MaxHealthCheckTimeout, "the check's dial would fail before it can complete"},
+	// The floors of eject_time and max_eject_time are just > 0 (and max_eject_time >=
+	// eject_time, checkPool).
+	"passive_health.eject_time":     {0, MaxEjectTime, ""},
+	"passive_health.max_eject_time": {0, MaxEjectTime, ""},
+	"tunnel_idle_timeout":           {MinTunnelIdleTimeout, MaxTunnelIdleTimeout, "a tunnel would be cut between two messages"},
+	"tls.handshake_timeout":         {MinClientTimeout, MaxHandshakeTimeout, "a client across any real network could not finish its handshake"},
+	"proxy_protocol.timeout":        {MinClientTimeout, MaxHandshakeTimeout, "a balancer's PROXY header could not arrive"},
 }
 
 // checkDurationBound returns what is wrong with a positive duration d of key, or "".

@@ -123,7 +123,11 @@ func (l *loader) checkClientIdentity(cfg *Config) {
 	case p.Timeout < 0:
 		l.configErr("server.proxy_protocol.timeout", "must not be negative, not %s", p.Timeout)
 	case p.Timeout == 0:
-		p.Timeout = s.ReadTimeout
+		p.Timeout = s.ReadTimeout // SPEC 16's default (read_timeout has bounds of its own)
+	default:
+		if msg := checkDurationBound("proxy_protocol.timeout", p.Timeout); msg != "" {
+			l.configErr("server.proxy_protocol.timeout", "%s", msg) // bounds.go
+		}
 	}
 }
 

@@ -309,9 +309,15 @@ func (l *loader) checkTargets(r *Route, in *routeInput, bad func(key, format str
 		if p.ConsecutiveFailures < 0 {
 			bad("passive_health", "consecutive_failures must not be negative, not %d (0 turns passive health off)", p.ConsecutiveFailures)
 		}
+		ejectBound := checkDurationBound("passive_health.eject_time", p.EjectTime) // bounds.go
+		maxBound := checkDurationBound("passive_health.max_eject_time", p.MaxEjectTime)
 		switch {
 		case p.EjectTime <= 0:
 			bad("passive_health", "eject_time must be greater than 0, not %s (set consecutive_failures: 0 to turn passive health off)", formatDuration(p.EjectTime))
+		case ejectBound != "":
+			bad("passive_health", "eject_time %s", ejectBound)
+		case maxBound != "":
+			bad("passive_health", "max_eject_time %s", maxBound)
 		case p.MaxEjectTime < p.EjectTime:
 			bad("passive_health", "max_eject_time %s must be at least eject_time %s", formatDuration(p.MaxEjectTime), formatDuration(p.EjectTime))
 		}
@@ -327,9 +333,13 @@ func (l *loader) checkTargets(r *Route, in *routeInput, bad func(key, format str
 		}
 		if h.Interval <= 0 {
 			bad("health_check", "interval must be greater than 0, not %s", formatDuration(h.Interval))
+		} else if msg := checkDurationBound("health_check.interval", h.Interval); msg != "" {
+			bad("health_check", "interval %s", msg) // bounds.go
 		}
 		if h.Timeout <= 0 {
 			bad("health_check", "timeout must be greater than 0, not %s", formatDuration(h.Timeout))
+		} else if msg := checkDurationBound("health_check.timeout", h.Timeout); msg != "" {
+			bad("health_check", "timeout %s", msg)
 		}
 		if h.HealthyThreshold < 1 || h.UnhealthyThreshold < 1 {
 			bad("health_check", "healthy_threshold and unhealthy_threshold must be at least 1, not %d and %d", h.HealthyThreshold, h.UnhealthyThreshold)

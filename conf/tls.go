@@ -124,6 +124,10 @@ func decodeTLS(v any) (*TLS, error) {
 				return nil, &tlsFieldError{key, fmt.Sprintf("must not be negative, not %s", t.HandshakeTimeout)}
 			case t.HandshakeTimeout == 0:
 				return nil, &tlsFieldError{key, "must be greater than 0: a client could hold its connection forever without finishing its handshake (remove the key for read_timeout)"}
+			default:
+				if msg := checkDurationBound("tls.handshake_timeout", t.HandshakeTimeout); msg != "" {
+					return nil, &tlsFieldError{key, msg} // bounds.go
+				}
 			}
 		case "client_ca_file":
 			s, ok := val.(string)

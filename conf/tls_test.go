@@ -131,6 +131,8 @@ func TestTLSErrors(t *testing.T) {
 		"negative":       {tlsConfig(c1, k1) + "    handshake_timeout: -1s\n", "server.tls: handshake_timeout: must not be negative"},
 		"zero":           {tlsConfig(c1, k1) + "    handshake_timeout: 0s\n", "server.tls: handshake_timeout: must be greater than 0"},
 		"no unit":        {tlsConfig(c1, k1) + "    handshake_timeout: 5\n", "server.tls: handshake_timeout: 5 has no unit"},
+		"below floor":    {tlsConfig(c1, k1) + "    handshake_timeout: 1ns\n", "config.yaml: server.tls: handshake_timeout: must be at least 100ms, not 1ns: a client across any real network could not finish its handshake"},
+		"above ceiling":  {tlsConfig(c1, k1) + "    handshake_timeout: 1h\n", "config.yaml: server.tls: handshake_timeout: must be at most 1m, not 1h"},
 		"not a mapping":  {"server:\n  tls: true\n", "server.tls: must be a mapping with at least certs"},
 		"client ca":      {tlsConfig(c1, k1) + "    client_ca_file: \"" + missing + "\"\n", "server.tls: client_ca_file: cannot read " + missing},
 		"client ca junk": {tlsConfig(c1, k1) + "    client_ca_file: \"" + k1 + "\"\n", "server.tls: client_ca_file: " + k1 + " holds no PEM certificate"},

@@ -97,6 +97,10 @@ func checkTunnelRoute(r *Route, in *routeInput, bad func(key, format string, arg
 			bad("tunnel_idle_timeout", "must not be negative, not %s", *d)
 		case *d == 0:
 			bad("tunnel_idle_timeout", "must be greater than 0: a dead peer would hold its tunnel forever (remove the key for %s)", formatDuration(DefaultTunnelIdleTimeout))
+		default:
+			if msg := checkDurationBound("tunnel_idle_timeout", *d); msg != "" {
+				bad("tunnel_idle_timeout", "%s", msg) // bounds.go
+			}
 		}
 	}
 	if in.present["add_prefix"] {

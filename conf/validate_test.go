@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // okRoute is a valid route entry for cases about the config file or the environment.
@@ -125,6 +126,17 @@ func TestValidationErrors(t *testing.T) {
 		{name: "route prefix encodes unreserved", routes: route(`type: upstream, prefix: /api%2Dv1, target: "http://127.0.0.1:9001"`), want: `routes.yaml: routes[0] (/api%2Dv1): prefix: "/api%2Dv1" must not percent-encode "-" (%2D): request paths are matched after it is decoded; write "/api-v1"`, wantKey: "prefix", route: 0},
 		{name: "route read timeout below floor", routes: route(legacy + ", read_timeout: 1ms"), want: "routes.yaml: routes[0] (/legacy): read_timeout: must be at least 100ms, not 1ms: ...", wantKey: "read_timeout", route: 0},
 		{name: "route connect timeout above ceiling", routes: route(legacy + ", connect_timeout: 1h"), want: "routes.yaml: routes[0] (/legacy): connect_timeout: must be at most 1m, not 1h", wantKey: "connect_timeout", route: 0},
+		// Issue 25: more values that validated and then misbehaved.
+		{name: "health check interval below floor", routes: route(legacy + ", health_check: {path: /h, interval: 1ns}"), want: "routes.yaml: routes[0] (/legacy): health_check: interval must be at least 100ms, not 1ns: every target would be checked in a loop", wantKey: "health_check", route: 0},
+		{name: "health check interval above ceiling", routes: route(legacy + ", health_check: {path: /h, interval: 2h}"), want: "routes.yaml: routes[0] (/legacy): health_check: interval must be at most 1h, not 2h", wantKey: "health_check", route: 0},
+		{name: "health check timeout below floor", routes: route(legacy + ", health_check: {path: /h, timeout: 1ns}"), want: "routes.yaml: routes[0] (/legacy): health_check: timeout must be at least 10ms, not 1ns: the check's dial would fail before it can complete", wantKey: "health_check", route: 0},
+		{name: "health check timeout above ceiling", routes: route(legacy + ", health_check: {path: /h, timeout: 5m}"), want: "routes.yaml: routes[0] (/legacy): health_check: timeout must be at most 1m, not 5m", wantKey: "health_check", route: 0},
+		{name: "max eject time overflowing", routes: route(legacy + ", passive_health: {max_eject_time: 2000000h}"), want: "routes.yaml: routes[0] (/legacy): passive_health: max_eject_time must be at most 24h, not 2000000h", wantKey: "passive_health", route: 0},
+		{name: "eject time above ceiling", routes: route(legacy + ", passive_health: {eject_time: 48h, max_eject_time: 24h}"), want: "routes.yaml: routes[0] (/legacy): passive_health: eject_time must be at most 24h, not 48h", wantKey: "passive_health", route: 0},
+		{name: "tunnel idle timeout below floor", routes: route(legacy + ", websocket: true, tunnel_idle_timeout: 1ms"), want: "routes.yaml: routes[0] (/legacy): tunnel_idle_timeout: must be at least 1s, not 1ms: a tunnel would be cut between two messages", wantKey: "tunnel_idle_timeout", route: 0},
+		{name: "tunnel idle timeout above ceiling", routes: route(legacy + ", websocket: true, tunnel_idle_timeout: 720h"), want: "routes.yaml: routes[0] (/legacy): tunnel_idle_timeout: must be at most 24h, not 720h", wantKey: "tunnel_idle_timeout", route: 0},
+		{name: "proxy protocol timeout below floor", config: "server: {proxy_protocol: {enabled: true, timeout: 1ns}}", want: "config.yaml: server.proxy_protocol.timeout: must be at least 100ms, not 1ns: a balancer's PROXY header could not arrive", wantKey: "server.proxy_protocol.timeout", route: -1},
+		{name: "proxy protocol timeout above ceiling", config: "server: {proxy_protocol: {enabled: true, timeout: 1h}}", want: "config.yaml: server.proxy_protocol.timeout: must be at most 1m, not 1h", wantKey: "server.proxy_protocol.timeout", route: -1},
 		{name: "bad chunked mode", config: "server: {inbound_chunked_mode: smuggle}", want: `config.yaml: server.inbound_chunked_mode: must be normalize or passthrough, not "smuggle"`, wantKey: "server.inbound_chunked_mode", route: -1},
 		{name: "health path relative", config: "server: {health_path: health}", want: `config.yaml: server.health_path: must start with /, not "health"`, wantKey: "server.health_path", route: -1},
 		{name: "metrics path is health path", config: "server: {metrics_path: /health}", want: "config.yaml: server.metrics_path: must differ from health_path (/health)", wantKey: "server.metrics_path", route: -1},
@@ -325,5 +337,20 @@ func TestDurationBoundsAccepted(t *testing.T) {
 	cfg := "server: {read_timeout: 100ms, write_timeout: 1h, idle_timeout: 100ms, response_header_timeout: 100ms, connect_timeout: 10ms, upstream_idle_timeout: 1s, worker_queue_timeout: 30s, shutdown_timeout: 1h, drain_delay: 10m, max_header_bytes: 1MiB, stream_threshold_bytes: 1GiB}"
 	if _, err := loadStrings(cfg, okRoute); err != nil {
 		t.Errorf("the bounds themselves: %v", err)
+	}
+	for _, r := range []string{
+		`type: upstream, prefix: /a, target: "http://127.0.0.1:9000", health_check: {path: /h, interval: 100ms, timeout: 10ms}, passive_health: {eject_time: 24h, max_eject_time: 24h}`,
+		`type: upstream, prefix: /b, target: "http://127.0.0.1:9000", health_check: {path: /h, interval: 1h, timeout: 1m}, websocket: true, tunnel_idle_timeout: 1s`,
+		`type: upstream, prefix: /c, target: "http://127.0.0.1:9000", websocket: true, tunnel_idle_timeout: 24h`,
+	} {
+		if _, err := loadStrings("server: {proxy_protocol: {enabled: true, timeout: 1m}}", route(r)); err != nil {
+			t.Errorf("the bounds themselves: %v", err)
+		}
+	}
+	// Left out, proxy_protocol.timeout is read_timeout (SPEC 16), beyond an explicit value's
+	// ceiling too.
+	cfg2, err := loadStrings("server: {read_timeout: 10m, proxy_protocol: {enabled: true}}", okRoute)
+	if err != nil || cfg2.Server.ProxyProtocol.Timeout != 10*time.Minute {
+		t.Errorf("default proxy_protocol.timeout: %v %v", cfg2, err)
 	}
 }

@@ -136,7 +136,7 @@ func TestActiveChecksTakeTargetDownAndUp(t *testing.T) {
 		}
 		io.WriteString(w, "b")
 	})
-	extra := "balance: round_robin\nhealth_check:\n  path: /hc\n  interval: 50ms\n  timeout: 1s\n  healthy_threshold: 1\n  unhealthy_threshold: 1\n"
+	extra := "balance: round_robin\nhealth_check:\n  path: /hc\n  interval: 100ms\n  timeout: 1s\n  healthy_threshold: 1\n  unhealthy_threshold: 1\n"
 	gw := startGateway(t, "", targetsRoute("/", []string{a.addr, b.addr}, extra))
 	healthyGauge := fmt.Sprintf(`toron_upstream_healthy{route="/",target=%q}`, b.addr)
 	waitMetric := func(want string) {

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -270,5 +271,19 @@ func TestPanicModeWhenEjectedAndDown(t *testing.T) {
 	}
 	if panics != 1 {
 		t.Fatalf("%d panic events for one episode, want 1", panics)
+	}
+}
+
+// TestEjectionDoublingNeverOverflows: however many ejections in a row and however large the
+// cap (conf bounds it at 24h; the Set must not rely on that), an ejection lasts between
+// EjectTime and MaxEjectTime.
+func TestEjectionDoublingNeverOverflows(t *testing.T) {
+	for _, maxEject := range []time.Duration{5 * time.Minute, 24 * time.Hour, math.MaxInt64, math.MaxInt64 / 3} {
+		p := PassiveConfig{EjectTime: 30 * time.Second, MaxEjectTime: maxEject}
+		for inRow := 0; inRow < 100; inRow++ {
+			if d := p.ejectionFor(inRow); d < p.EjectTime || d > maxEject {
+				t.Fatalf("max_eject_time %d, %d in a row: ejected for %d", maxEject, inRow, d)
+			}
+		}
 	}
 }

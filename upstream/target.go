@@ -274,6 +274,10 @@ func mix64(x uint64) uint64 {
 func (p PassiveConfig) ejectionFor(inRow int) time.Duration {
 	d := p.EjectTime
 	for i := 0; i < inRow && d < p.MaxEjectTime; i++ {
+		if d > p.MaxEjectTime/2 {
+			d = p.MaxEjectTime // doubling would pass the cap, or overflow near the int64 limit
+			break
+		}
 		d *= 2
 	}
 	return min(d, max(p.MaxEjectTime, p.EjectTime))
