@@ -638,6 +638,11 @@ func TestConfigValuesThatBrokeAtRunTime(t *testing.T) {
 		{"health_path encoded", "  health_path: /st%61tus\n", okRoutes, "server.health_path"},
 		{"prefix encoded", "", "routes:\n  - type: upstream\n    prefix: /api%2Dv1\n    target: http://127.0.0.1:1\n", "routes[0] (/api%2Dv1): prefix"},
 		{"route connect_timeout 1ns", "", okRoutes + "    connect_timeout: 1ns\n", "routes[0] (/api): connect_timeout"},
+		// Issue 25.
+		{"health_check interval 1ns", "", okRoutes + "    health_check: {path: /h, interval: 1ns}\n", "routes[0] (/api): health_check"},
+		{"max_eject_time overflowing", "", okRoutes + "    passive_health: {max_eject_time: 2000000h}\n", "routes[0] (/api): passive_health"},
+		{"tunnel_idle_timeout 1ns", "", okRoutes + "    websocket: true\n    tunnel_idle_timeout: 1ns\n", "routes[0] (/api): tunnel_idle_timeout"},
+		{"proxy_protocol timeout 1ns", "  proxy_protocol: {enabled: true, timeout: 1ns}\n", okRoutes, "server.proxy_protocol.timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -672,6 +677,38 @@ func TestConfigValuesThatBrokeAtRunTime(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCheckWarnsOpenProxyProtocol: -check warns when proxy_protocol is on with an empty allow
+// on a listener that is not loopback (anyone who reaches it could choose their client IP, hence
+// their rate-limit key), and not when the listener is loopback or allow is set.
+func TestCheckWarnsOpenProxyProtocol(t *testing.T) {
+	routes := "routes:\n  - type: upstream\n    prefix: /api\n    target: http://127.0.0.1:1\n"
+	for _, tc := range []struct {
+		server string
+		warns  bool
+	}{
+		{"  host: 0.0.0.0\n  proxy_protocol: {enabled: true}\n", true},
+		{"  host: \"::\"\n  proxy_protocol: {enabled: true, allow: []}\n", true},
+		{"  host: 10.1.2.3\n  proxy_protocol: {enabled: true}\n", true},
+		{"  host: 127.0.0.1\n  proxy_protocol: {enabled: true}\n", false},
+		{"  host: localhost\n  proxy_protocol: {enabled: true}\n", false},
+		{"  host: 0.0.0.0\n  proxy_protocol: {enabled: true, allow: [10.0.0.0/8]}\n", false},
+		{"  host: 0.0.0.0\n", false},
+	} {
+		dir := t.TempDir()
+		cfg := writeFile(t, dir, "config.yaml", "server:\n"+tc.server)
+		cmd := exec.Command(binPath, "-check", "-config", cfg, "-routes", writeFile(t, dir, "routes.yaml", routes))
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if code := exitCode(cmd.Run()); code != 0 {
+			t.Fatalf("%q: exit %d, want 0; stderr %s", tc.server, code, stderr.String())
+		}
+		got := strings.Contains(stderr.String(), "server.proxy_protocol: enabled with an empty allow")
+		if got != tc.warns {
+			t.Errorf("%q: warned %v, want %v; stderr %s", tc.server, got, tc.warns, stderr.String())
+		}
 	}
 }
 

@@ -131,6 +131,29 @@ func (l *loader) checkClientIdentity(cfg *Config) {
 	}
 }
 
+// proxyProtocolWarnings warns about a PROXY protocol listener that any host may reach with a
+// header of its choosing: enabled, allow empty, and the listener not on loopback. Whoever
+// connects then chooses their client IP, hence their rate-limit key, their access-log address
+// and what trusted_proxies decides.
+func proxyProtocolWarnings(c *Config) []string {
+	p := c.Server.ProxyProtocol
+	if !p.Enabled || len(p.Allow) > 0 || loopbackHost(c.Server.Host) {
+		return nil
+	}
+	return []string{fmt.Sprintf("server.proxy_protocol: enabled with an empty allow on %s, which is not a loopback address: any host that reaches port %d can send a PROXY header and choose its client IP (its rate-limit key); list the balancer's addresses in proxy_protocol.allow",
+		c.Server.Host, c.Server.Port)}
+}
+
+// loopbackHost reports a listener host that only this machine reaches: localhost or a
+// loopback IP.
+func loopbackHost(h string) bool {
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(strings.Trim(h, "[]"))
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
 // checkPrefixList reports every entry of list that is not an IP address or a CIDR.
 func (l *loader) checkPrefixList(key string, list []string) {
 	for i, s := range list {

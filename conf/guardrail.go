@@ -145,5 +145,6 @@ func (c *Config) warnings() []string {
 			strings.Join(parts, ", "), total, budget))
 	}
 	out = append(out, tunnelWarnings(c)...)
+	out = append(out, proxyProtocolWarnings(c)...)
 	return out
 }
