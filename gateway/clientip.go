@@ -181,14 +181,29 @@ var (
 )
 
 // dropsIdentityHeader reports a request header prepareRequest must not copy: X-Real-IP always
-// (forwardIdentity sets it), and from an untrusted peer with trusted_proxies set also
-// X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-Host, X-Forwarded-Prefix and Forwarded.
+// (forwardIdentity sets it), an identity header spelled with '_' for '-' always, and from an
+// untrusted peer with trusted_proxies set also X-Forwarded-For, X-Forwarded-Proto,
+// X-Forwarded-Host, X-Forwarded-Prefix and Forwarded.
 func (x *exchange) dropsIdentityHeader(k []byte) bool {
 	if equalFold(k, hdrXRealIP) {
 		return true
 	}
+	if bytes.IndexByte(k, '_') >= 0 && underscoreIdentity(k) {
+		return true
+	}
 	return x.untrustedPeer && (equalFold(k, hdrXForwardedFor) || equalFold(k, hdrXForwardedProto) ||
 		equalFold(k, hdrXForwardedHost) || equalFold(k, hdrXForwardedPrefix) || equalFold(k, hdrForwarded))
+}
+
+// underscoreIdentity reports k, which holds a '_', as one of the identity headers with '_' in
+// place of '-' (X_Forwarded_For, x_real_ip, X-Forwarded_Host; any case), whatever the peer
+// (SPEC 16): upstreams that map header names to CGI variables (HTTP_X_FORWARDED_FOR, as CGI,
+// PHP and WSGI do) would read it as the real one, next to or in place of Toron's. Forwarded has
+// no '-' to spell otherwise.
+func underscoreIdentity(k []byte) bool {
+	return equalUnderscoreFold(k, hdrXForwardedFor) || equalUnderscoreFold(k, hdrXRealIP) ||
+		equalUnderscoreFold(k, hdrXForwardedProto) || equalUnderscoreFold(k, hdrXForwardedHost) ||
+		equalUnderscoreFold(k, hdrXForwardedPrefix)
 }
 
 // forwardIdentity finishes the forwarded headers of the upstream request out (SPEC 16): a
