@@ -134,7 +134,7 @@ func (p *Pool) Exchange(out *Outbound, req *fasthttp.Request, resp *fasthttp.Res
 		if err == nil {
 			sentAt = time.Now()
 			if err = c.forwarded(sentAt); err == nil {
-				err = c.readResponseHead(resp, req.Header.IsHead())
+				err = c.readResponseHead(resp, req)
 			}
 		}
 		if err == nil {
@@ -162,12 +162,24 @@ func SentNothing(err error) bool {
 		errors.Is(err, ErrPoolExhausted)
 }
 
-// readResponseHead reads the response line and headers (interim 1xx answers skipped); the body
-// becomes resp's body stream, read from the connection as the client takes it.
-func (c *Conn) readResponseHead(resp *fasthttp.Response, head bool) error {
+// ErrUnexpectedUpgrade reports a 101 Switching Protocols to a request that asked no upgrade
+// (RFC 9110 15.2.2): what follows on the connection is another protocol, so it is answered 502
+// and the connection closed, never pooled.
+var ErrUnexpectedUpgrade = errors.New("upstream: 101 Switching Protocols to a request that asked no upgrade")
+
+// readResponseHead reads the response line and headers (interim 1xx answers skipped; fasthttp
+// returns a 101); the body becomes resp's body stream, read from the connection as the client
+// takes it.
+func (c *Conn) readResponseHead(resp *fasthttp.Response, req *fasthttp.Request) error {
 	resp.StreamBody = true
-	resp.SkipBody = head
-	return resp.ReadLimitBody(c.br, 0)
+	resp.SkipBody = req.Header.IsHead()
+	if err := resp.ReadLimitBody(c.br, 0); err != nil {
+		return err
+	}
+	if resp.StatusCode() == fasthttp.StatusSwitchingProtocols && len(req.Header.Peek(fasthttp.HeaderUpgrade)) == 0 {
+		return ErrUnexpectedUpgrade
+	}
+	return nil
 }
 
 // headInline is the largest buffered body sent in the same write as the request head (one
