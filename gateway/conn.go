@@ -5,6 +5,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -48,6 +50,7 @@ func (l *listener) Accept() (net.Conn, error) {
 	cc := &clientConn{Conn: c, ln: l, activeAt: time.Now()}
 	cc.x.conn = cc
 	cc.windowBelow = socket.AttachWriteWindow(c, &cc.writeWin, nil) // TLS: the window runs below it
+	_, cc.unshaken = c.(interface{ ConnectionState() tls.ConnectionState })
 	if !cc.windowBelow {
 		cc.raw = socket.NewRawPath(c, &cc.rawCount)
 	}
@@ -127,6 +130,13 @@ type clientConn struct {
 	remote string
 	// windowBelow: writeWin is applied below TLS, by the socket (socket.Windowed).
 	windowBelow bool
+	// unshaken is set on a TLS connection until its first read (which runs the handshake on
+	// the connection's own goroutine). A write before it can only be fasthttp refusing the
+	// connection beyond Server.Concurrency, on the accept goroutine: fasthttp skips its 503 for
+	// a TLS connection but cannot see this one through clientConn, and the write would run the
+	// handshake there, waiting for a silent client's ClientHello while no connection is
+	// accepted (SPEC 16). Such a write fails at once and the connection is closed unanswered.
+	unshaken bool
 	// raw is the socket of a plain TCP client connection (socket.RawPath): the last write of a
 	// response waits in pending (a pooled copy) for the read of the next request, which writes
 	// it and then waits, saving the read that would find nothing (deferResponseEnd).
@@ -138,6 +148,9 @@ type clientConn struct {
 	hasPending atomic.Bool
 	rawCount   int64
 }
+
+// errRefusedUnshaken is the write of a TLS connection refused before its handshake (unshaken).
+var errRefusedUnshaken = errors.New("gateway: TLS connection refused before its handshake")
 
 // clientDeferMax is the largest last write of a response that waits for the next read.
 const clientDeferMax = 16 << 10
@@ -208,6 +221,9 @@ func (c *clientConn) remoteString() string {
 // applies: the deadline slides with progress and a dripping client is cut (timeouts.Window).
 // The request line and headers are read under fasthttp's own absolute ReadTimeout.
 func (c *clientConn) Read(p []byte) (int, error) {
+	if c.unshaken {
+		c.unshaken = false
+	}
 	if c.hasPending.Load() {
 		return c.readWithPending(p)
 	}
@@ -236,6 +252,9 @@ func (c *clientConn) Read(p []byte) (int, error) {
 // for longer than the window while the client reads steadily. That query is a system call made
 // only when a deadline passed.
 func (c *clientConn) Write(p []byte) (int, error) {
+	if c.unshaken {
+		return 0, errRefusedUnshaken
+	}
 	if c.windowBelow {
 		return c.Conn.Write(p)
 	}
