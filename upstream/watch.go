@@ -20,8 +20,9 @@ const watchInterval = 200 * time.Millisecond
 // aborted and the route's slots are freed at once instead of after response_header_timeout.
 //
 // fasthttp has no per-request cancellation (RequestCtx.Done closes only at shutdown, SPEC 12),
-// so the watch is ours: a goroutine peeks at the client socket every watchInterval without
-// consuming bytes, and on a FIN or a reset interrupts the upstream connection of the request.
+// so the watch is ours: a goroutine polls the client socket every watchInterval without
+// consuming bytes, and on a FIN or a reset, behind unread bytes or not, interrupts the upstream
+// connection of the request.
 // The request's upstream connection is attached to the watch when it is lent (Pool.Exchange,
 // through Outbound.Watch): that is how the watch reaches it. A goroutine, a ticker and a small
 // allocation per request is why only elevated routes pay for the watch: the small-request path
@@ -61,12 +62,15 @@ func (w *Watch) run(c net.Conn) {
 	defer w.wg.Done()
 	t := time.NewTicker(watchInterval)
 	defer t.Stop()
+	// Left, not Peek: a client that sent a stray CRLF, a pipelined request or a TLS
+	// close_notify before its FIN has bytes waiting, and is gone all the same (SPEC 16).
+	p := socket.NewPeeker(c)
 	for {
 		select {
 		case <-w.stop:
 			return
 		case <-t.C:
-			if socket.PeerGone(c) {
+			if p.Left() {
 				w.gone.Store(true)
 				if uc := w.up.Load(); uc != nil {
 					uc.Abort()
