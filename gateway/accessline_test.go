@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"toron/internal/testnet"
+
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -35,7 +37,7 @@ func accessExchange(t testing.TB, core func(*LogSink) zapcore.Core) (*Gateway, *
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, server := tcpPair(t)
+	_, server := testnet.Pair(t)
 	cc := &clientConn{Conn: server}
 	x := &cc.x
 	x.conn, x.g, x.stats = cc, g, g.none

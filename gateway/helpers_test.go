@@ -270,36 +270,3 @@ func readRawResponse(t *testing.T, c net.Conn, method string) rawResponse {
 func upstreamRoute(prefix, addr, extra string) string {
 	return fmt.Sprintf("- type: upstream\n  prefix: %s\n  target: http://%s\n%s", prefix, addr, indent(extra, "  "))
 }
-
-// tcpPair returns both ends of a loopback TCP connection, closed when the test ends.
-func tcpPair(t testing.TB) (client, server net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, err = ln.Accept()
-	if err != nil {
-		_ = client.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close(); _ = server.Close() })
-	return client, server
-}
-
-// waitUntil polls cond every 5 ms until it holds or d has passed, and reports whether it held.
-func waitUntil(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return true
-}

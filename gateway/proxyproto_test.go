@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"toron/internal/testnet"
 	"toron/socket"
 )
 
@@ -161,7 +162,7 @@ func TestProxyProtocolAllowList(t *testing.T) {
 func waitForValue(t *testing.T, get func() string, want string) {
 	t.Helper()
 	var got string
-	if !waitUntil(5*time.Second, func() bool { got = get(); return got == want }) {
+	if !testnet.WaitUntil(5*time.Second, func() bool { got = get(); return got == want }) {
 		t.Fatalf("value %s, want %s", got, want)
 	}
 }

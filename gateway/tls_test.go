@@ -3,110 +3,24 @@ package gateway
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"log"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"toron/conf"
+	"toron/internal/testnet"
 	"toron/socket"
 	up "toron/upstream"
 )
-
-// testPKI is a private CA made for one test, and the files it wrote: nothing is committed.
-type testPKI struct {
-	dir    string
-	cert   *x509.Certificate
-	key    *ecdsa.PrivateKey
-	pool   *x509.CertPool
-	caFile string
-	serial int64
-}
-
-func newTestPKI(t testing.TB) *testPKI {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "toron test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	p := &testPKI{dir: t.TempDir(), cert: cert, key: key, pool: x509.NewCertPool(), serial: 1}
-	p.pool.AddCert(cert)
-	p.caFile = filepath.Join(p.dir, "ca.pem")
-	writePEM(t, p.caFile, "CERTIFICATE", der)
-	return p
-}
-
-func writePEM(t testing.TB, file, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// issue signs a leaf for names (DNS names; "127.0.0.1" becomes an IP SAN) and returns it
-// loaded, with the PEM files it wrote as base.crt and base.key.
-func (p *testPKI) issue(t testing.TB, base string, names ...string) (tls.Certificate, string, string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: base},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	for _, n := range names {
-		if ip := net.ParseIP(n); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, n)
-		}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.cert, &key.PublicKey, p.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile := filepath.Join(p.dir, base+".crt"), filepath.Join(p.dir, base+".key")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "PRIVATE KEY", kb)
-	pair, err := tls.X509KeyPair(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pair, certFile, keyFile
-}
 
 // tlsServerYAML is the tls block of the server key for the given pairs (cert, key, ...).
 func tlsServerYAML(extra string, files ...string) string {
@@ -145,11 +59,11 @@ func get(t *testing.T, c *http.Client, url string) (int, string, *http.Response)
 }
 
 func TestTLSListenerForwardsHTTPS(t *testing.T) {
-	pki := newTestPKI(t)
-	_, c1, k1 := pki.issue(t, "gw", "gw.test")
+	pki := testnet.NewCA(t)
+	_, c1, k1 := pki.IssueFiles(t, "gw", "gw.test")
 	up := startUpstream(t, nil)
 	gw := startGateway(t, tlsServerYAML("", c1, k1), upstreamRoute("/api", up.addr, ""))
-	c := httpsClient(pki.pool, "gw.test", true)
+	c := httpsClient(pki.Pool, "gw.test", true)
 	defer c.CloseIdleConnections()
 
 	code, _, resp := get(t, c, "https://"+gw.addr+"/api/x")
@@ -185,8 +99,8 @@ func metricsOf(g *Gateway) string {
 // 40 of them open, real clients are served, and the silent ones are closed at
 // handshake_timeout.
 func TestTLSSilentClientsHoldNoWorker(t *testing.T) {
-	pki := newTestPKI(t)
-	_, c1, k1 := pki.issue(t, "gw", "gw.test")
+	pki := testnet.NewCA(t)
+	_, c1, k1 := pki.IssueFiles(t, "gw", "gw.test")
 	up := startUpstream(t, nil)
 	const timeout = 2 * time.Second
 	gw := startGateway(t, "worker_pool_size: 4\n"+tlsServerYAML("handshake_timeout: 2s\n", c1, k1), upstreamRoute("/api", up.addr, ""))
@@ -196,7 +110,7 @@ func TestTLSSilentClientsHoldNoWorker(t *testing.T) {
 	for i := range silent {
 		silent[i] = dialRaw(t, gw.addr)
 	}
-	c := httpsClient(pki.pool, "gw.test", false)
+	c := httpsClient(pki.Pool, "gw.test", false)
 	for i := 0; i < 12; i++ {
 		for _, path := range []string{"/api/x", "/health"} {
 			if code, body, _ := get(t, c, "https://"+gw.addr+path); code != 200 {
@@ -229,8 +143,8 @@ func TestTLSSilentClientsHoldNoWorker(t *testing.T) {
 }
 
 func TestTLSReloadCertificates(t *testing.T) {
-	pki := newTestPKI(t)
-	_, c1, k1 := pki.issue(t, "one", "gw.test")
+	pki := testnet.NewCA(t)
+	_, c1, k1 := pki.IssueFiles(t, "one", "gw.test")
 	up := startUpstream(t, nil)
 	routes := upstreamRoute("/api", up.addr, "")
 	gw := startGateway(t, tlsServerYAML("", c1, k1), routes)
@@ -243,14 +157,14 @@ func TestTLSReloadCertificates(t *testing.T) {
 		}
 		return resp.TLS.PeerCertificates[0].Subject.CommonName
 	}
-	keep := httpsClient(pki.pool, "gw.test", true)
+	keep := httpsClient(pki.Pool, "gw.test", true)
 	defer keep.CloseIdleConnections()
 	if cn := servedBy(keep); cn != "one" {
 		t.Fatalf("served by %q", cn)
 	}
 
 	// A new pair under the same file names, then a reload.
-	_, c2, k2 := pki.issue(t, "two", "gw.test")
+	_, c2, k2 := pki.IssueFiles(t, "two", "gw.test")
 	for _, f := range [][2]string{{c2, c1}, {k2, k1}} {
 		if err := os.Rename(f[0], f[1]); err != nil {
 			t.Fatal(err)
@@ -259,7 +173,7 @@ func TestTLSReloadCertificates(t *testing.T) {
 	if err := gw.g.Reload(loadConfig(t, tlsServerYAML("", c1, k1), routes)); err != nil {
 		t.Fatal(err)
 	}
-	if cn := servedBy(httpsClient(pki.pool, "gw.test", false)); cn != "two" {
+	if cn := servedBy(httpsClient(pki.Pool, "gw.test", false)); cn != "two" {
 		t.Errorf("new connection after the reload served by %q, want two", cn)
 	}
 	// The keep-alive connection opened before keeps working with its certificate.
@@ -268,7 +182,7 @@ func TestTLSReloadCertificates(t *testing.T) {
 	}
 
 	// A mismatched pair is refused at load; the reload counts as failed, the old pair serves.
-	_, c3, _ := pki.issue(t, "three", "gw.test")
+	_, c3, _ := pki.IssueFiles(t, "three", "gw.test")
 	if err := os.Rename(c3, c1); err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +192,7 @@ func TestTLSReloadCertificates(t *testing.T) {
 		t.Fatalf("mismatched pair: err = %v", err)
 	}
 	gw.g.ReloadFailed()
-	if cn := servedBy(httpsClient(pki.pool, "gw.test", false)); cn != "two" {
+	if cn := servedBy(httpsClient(pki.Pool, "gw.test", false)); cn != "two" {
 		t.Errorf("after the refused reload served by %q, want two", cn)
 	}
 	if !strings.Contains(metricsOf(gw.g), "toron_config_reload_errors_total 1") {
@@ -291,17 +205,17 @@ func TestTLSReloadCertificates(t *testing.T) {
 }
 
 func TestTLSMutualClients(t *testing.T) {
-	pki := newTestPKI(t)
-	clients := newTestPKI(t)
-	_, c1, k1 := pki.issue(t, "gw", "gw.test")
-	gw := startGateway(t, tlsServerYAML("client_ca_file: "+clients.caFile+"\n", c1, k1), "")
-	good, _, _ := clients.issue(t, "client")
-	if code, _, _ := get(t, httpsClient(pki.pool, "gw.test", false, good), "https://"+gw.addr+"/health"); code != 200 {
+	pki := testnet.NewCA(t)
+	clients := testnet.NewCA(t)
+	_, c1, k1 := pki.IssueFiles(t, "gw", "gw.test")
+	gw := startGateway(t, tlsServerYAML("client_ca_file: "+clients.CAFile+"\n", c1, k1), "")
+	good, _, _ := clients.IssueFiles(t, "client")
+	if code, _, _ := get(t, httpsClient(pki.Pool, "gw.test", false, good), "https://"+gw.addr+"/health"); code != 200 {
 		t.Errorf("client with a certificate of client_ca_file: %d", code)
 	}
-	stranger, _, _ := pki.issue(t, "stranger")
+	stranger, _, _ := pki.IssueFiles(t, "stranger")
 	for name, certs := range map[string][]tls.Certificate{"no certificate": nil, "another CA": {stranger}} {
-		if resp, err := httpsClient(pki.pool, "gw.test", false, certs...).Get("https://" + gw.addr + "/health"); err == nil {
+		if resp, err := httpsClient(pki.Pool, "gw.test", false, certs...).Get("https://" + gw.addr + "/health"); err == nil {
 			resp.Body.Close()
 			t.Errorf("%s: accepted with %d", name, resp.StatusCode)
 		}
@@ -330,15 +244,15 @@ func startTLSUpstream(t *testing.T, cert tls.Certificate, h ...http.HandlerFunc)
 }
 
 func TestUpstreamTLS(t *testing.T) {
-	pki := newTestPKI(t)
-	upCert, _, _ := pki.issue(t, "up", "up.test", "127.0.0.1")
+	pki := testnet.NewCA(t)
+	upCert, _, _ := pki.IssueFiles(t, "up", "up.test", "127.0.0.1")
 	addr := startTLSUpstream(t, upCert)
 	route := func(prefix, extra string) string {
 		return fmt.Sprintf("- type: upstream\n  prefix: %s\n  target: https://%s\n%s", prefix, addr, indent(extra, "  "))
 	}
-	routes := route("/ca", "tls_ca_file: "+pki.caFile) +
-		route("/named", "tls_ca_file: "+pki.caFile+"\ntls_server_name: up.test") +
-		route("/wrong", "tls_ca_file: "+pki.caFile+"\ntls_server_name: other.test") +
+	routes := route("/ca", "tls_ca_file: "+pki.CAFile) +
+		route("/named", "tls_ca_file: "+pki.CAFile+"\ntls_server_name: up.test") +
+		route("/wrong", "tls_ca_file: "+pki.CAFile+"\ntls_server_name: other.test") +
 		route("/system", "") +
 		route("/insecure", "tls_insecure_skip_verify: true")
 	cfg := loadConfig(t, "", routes)
@@ -418,8 +332,8 @@ func TestUpstreamTLSHandshakeTimeout(t *testing.T) {
 // have to give up at the first timeout.
 func TestTLSSlowReaderWithFullSendBufferCompletes(t *testing.T) {
 	t.Parallel()
-	pki := newTestPKI(t)
-	_, c1, k1 := pki.issue(t, "gw", "gw.test")
+	pki := testnet.NewCA(t)
+	_, c1, k1 := pki.IssueFiles(t, "gw", "gw.test")
 	up := startUpstream(t, bigHandler)
 	gw := startGateway(t, "write_timeout: 500ms\n"+tlsServerYAML("", c1, k1), upstreamRoute("/", up.addr, ""))
 	const size = 8 << 20
@@ -429,7 +343,7 @@ func TestTLSSlowReaderWithFullSendBufferCompletes(t *testing.T) {
 	}
 	defer raw.Close()
 	_ = raw.(*net.TCPConn).SetReadBuffer(64 << 10)
-	c := tls.Client(raw, &tls.Config{RootCAs: pki.pool, ServerName: "gw.test"})
+	c := tls.Client(raw, &tls.Config{RootCAs: pki.Pool, ServerName: "gw.test"})
 	fmt.Fprintf(c, "GET /big?size=%d HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", size)
 	// At most 16 KiB every 15 ms, about 1 MB/s: the kernel wakes a blocked write of the
 	// gateway only after much more than a window's worth of that drained.
@@ -455,8 +369,8 @@ func TestTLSSlowReaderWithFullSendBufferCompletes(t *testing.T) {
 // TestTLSStalledReaderCut: below TLS the window still cuts a client that stops reading.
 func TestTLSStalledReaderCut(t *testing.T) {
 	t.Parallel()
-	pki := newTestPKI(t)
-	_, c1, k1 := pki.issue(t, "gw", "gw.test")
+	pki := testnet.NewCA(t)
+	_, c1, k1 := pki.IssueFiles(t, "gw", "gw.test")
 	up := startUpstream(t, bigHandler)
 	gw := startGateway(t, "write_timeout: 1s\n"+tlsServerYAML("", c1, k1), upstreamRoute("/", up.addr, ""))
 	raw, err := net.Dial("tcp", gw.addr)
@@ -465,7 +379,7 @@ func TestTLSStalledReaderCut(t *testing.T) {
 	}
 	defer raw.Close()
 	_ = raw.(*net.TCPConn).SetReadBuffer(16 << 10)
-	c := tls.Client(raw, &tls.Config{RootCAs: pki.pool, ServerName: "gw.test"})
+	c := tls.Client(raw, &tls.Config{RootCAs: pki.Pool, ServerName: "gw.test"})
 	fmt.Fprintf(c, "GET /big?size=%d HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 64<<20)
 	start := time.Now()
 	for connsOpen(gw.g) != 0 {
@@ -492,8 +406,8 @@ func connsOpen(g *Gateway) int64 {
 func TestTLSSteadyUpstreamReaderBehindFullBufferNotCut(t *testing.T) {
 	t.Parallel()
 	const size = 8 << 20
-	pki := newTestPKI(t)
-	upCert, _, _ := pki.issue(t, "up", "127.0.0.1")
+	pki := testnet.NewCA(t)
+	upCert, _, _ := pki.IssueFiles(t, "up", "127.0.0.1")
 	addr := startTLSUpstream(t, upCert, func(w http.ResponseWriter, r *http.Request) {
 		buf := make([]byte, 16<<10)
 		n := 0
@@ -507,7 +421,7 @@ func TestTLSSteadyUpstreamReaderBehindFullBufferNotCut(t *testing.T) {
 		}
 		fmt.Fprint(w, n)
 	})
-	gw := startGateway(t, "", fmt.Sprintf("- type: upstream\n  prefix: /up\n  target: https://%s\n  tls_ca_file: %s\n  max_body_bytes: 64MiB\n  write_timeout: 500ms\n  read_timeout: 30s\n", addr, pki.caFile))
+	gw := startGateway(t, "", fmt.Sprintf("- type: upstream\n  prefix: /up\n  target: https://%s\n  tls_ca_file: %s\n  max_body_bytes: 64MiB\n  write_timeout: 500ms\n  read_timeout: 30s\n", addr, pki.CAFile))
 	resp, err := http.Post("http://"+gw.addr+"/up/x", "application/octet-stream", strings.NewReader(strings.Repeat("s", size)))
 	if err != nil {
 		t.Fatal(err)
@@ -523,8 +437,8 @@ func TestTLSSteadyUpstreamReaderBehindFullBufferNotCut(t *testing.T) {
 // TLS settings (a private CA, tls_server_name), like any request: a 101 and an echo with the
 // right name, the TLS 502 with a wrong one.
 func TestTunnelOverUpstreamTLS(t *testing.T) {
-	pki := newTestPKI(t)
-	cert, _, _ := pki.issue(t, "ws", "ws.test")
+	pki := testnet.NewCA(t)
+	cert, _, _ := pki.IssueFiles(t, "ws", "ws.test")
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
 	if err != nil {
 		t.Fatal(err)
@@ -536,7 +450,7 @@ func TestTunnelOverUpstreamTLS(t *testing.T) {
 	})
 	addr := ln.Addr().String()
 	route := func(prefix, name string) string {
-		return fmt.Sprintf("- type: upstream\n  prefix: %s\n  target: https://%s\n  websocket: true\n  tls_ca_file: %s\n  tls_server_name: %s\n", prefix, addr, pki.caFile, name)
+		return fmt.Sprintf("- type: upstream\n  prefix: %s\n  target: https://%s\n  websocket: true\n  tls_ca_file: %s\n  tls_server_name: %s\n", prefix, addr, pki.CAFile, name)
 	}
 	gw := startGateway(t, "", route("/ws", "ws.test")+route("/wrong", "other.test"))
 	c, br, resp := openTunnel(t, gw.addr, upgradeRequest("/ws"))
@@ -564,8 +478,8 @@ func TestTunnelOverUpstreamTLS(t *testing.T) {
 // record), where neither the connection's reader nor the peek at the socket sees them. They
 // must not become the next client's answer either.
 func TestTLSBytesPastResponseDoNotPoison(t *testing.T) {
-	pki := newTestPKI(t)
-	cert, _, _ := pki.issue(t, "up", "up.test")
+	pki := testnet.NewCA(t)
+	cert, _, _ := pki.IssueFiles(t, "up", "up.test")
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
 	if err != nil {
 		t.Fatal(err)
@@ -585,7 +499,7 @@ func TestTLSBytesPastResponseDoNotPoison(t *testing.T) {
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond")
 		}
 	})
-	route := fmt.Sprintf("- type: upstream\n  prefix: /\n  target: https://%s\n  tls_ca_file: %s\n  tls_server_name: up.test\n  max_upstream_conns: 1\n", ln.Addr(), pki.caFile)
+	route := fmt.Sprintf("- type: upstream\n  prefix: /\n  target: https://%s\n  tls_ca_file: %s\n  tls_server_name: up.test\n  max_upstream_conns: 1\n", ln.Addr(), pki.CAFile)
 	gw := startGateway(t, "", route)
 	for i := 0; i < 5; i++ {
 		if resp := rawRequest(t, gw.addr, "GET /first HTTP/1.1\r\nHost: a\r\n\r\n"); string(resp.body) != "hello" {
@@ -626,14 +540,14 @@ func TestTLSSocketsAreNonBlocking(t *testing.T) {
 		t.Fatalf("the accepted socket below TLS is %T, want *socket.Conn", ws.Conn)
 	}
 
-	pki := newTestPKI(t)
-	cert, _, _ := pki.issue(t, "upstream", "127.0.0.1")
+	pki := testnet.NewCA(t)
+	cert, _, _ := pki.IssueFiles(t, "upstream", "127.0.0.1")
 	addr := startTLSUpstream(t, cert)
 	raw, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc, err := up.Handshake(raw, &tls.Config{RootCAs: pki.pool, ServerName: "127.0.0.1"}, time.Now().Add(5*time.Second))
+	tc, err := up.Handshake(raw, &tls.Config{RootCAs: pki.Pool, ServerName: "127.0.0.1"}, time.Now().Add(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,17 +4,19 @@ import (
 	"crypto/tls"
 	"testing"
 
+	"toron/internal/testnet"
+
 	"github.com/valyala/fasthttp"
 )
 
 // startTLSGatewayB is a TLS gateway in front of the fast upstream, and a client config that
 // trusts it.
 func startTLSGatewayB(b *testing.B) (*testGateway, *tls.Config) {
-	pki := newTestPKI(b)
-	_, certFile, keyFile := pki.issue(b, "gw", "gw.test")
+	pki := testnet.NewCA(b)
+	_, certFile, keyFile := pki.IssueFiles(b, "gw", "gw.test")
 	up := startFastUpstream(b)
 	gw := startGatewayB(b, tlsServerYAML("", certFile, keyFile), upstreamRoute("/api", up, ""), false)
-	return gw, &tls.Config{RootCAs: pki.pool, ServerName: "gw.test"}
+	return gw, &tls.Config{RootCAs: pki.Pool, ServerName: "gw.test"}
 }
 
 // BenchmarkTLSProxySmallGET is BenchmarkProxySmallGET over TLS (keep-alive): the record

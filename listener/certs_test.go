@@ -1,94 +1,25 @@
 package listener
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"math/big"
 	"strings"
 	"testing"
 	"time"
 
+	"toron/internal/testnet"
+
 	"github.com/VictoriaMetrics/metrics"
 )
 
-// testCA is a certificate authority made for one test: nothing is committed, nothing outlives
-// the test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-func newTestCA(t testing.TB) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "toron test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, pool: pool}
-}
-
-var serial = big.NewInt(100)
-
-// issue signs a leaf for names (server and client auth), valid until notAfter.
-func (ca *testCA) issue(t testing.TB, cn string, names []string, notAfter time.Time) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial.Add(serial, big.NewInt(1))
-	tmpl := &x509.Certificate{
-		SerialNumber: new(big.Int).Set(serial),
-		Subject:      pkix.Name{CommonName: cn},
-		DNSNames:     names,
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
-}
-
 func TestCertStorePick(t *testing.T) {
-	ca := newTestCA(t)
+	ca := testnet.NewCA(t)
 	day := time.Now().Add(24 * time.Hour)
 	certs := []Cert{
-		{Name: "default.pem", Certificate: ca.issue(t, "default", []string{"default.test"}, day)},
-		{Name: "wild.pem", Certificate: ca.issue(t, "wild", []string{"*.example.com"}, day)},
-		{Name: "exact.pem", Certificate: ca.issue(t, "exact", []string{"api.example.com", "Other.Test"}, day)},
-		{Name: "wild2.pem", Certificate: ca.issue(t, "wild2", []string{"*.example.com", "two.test"}, day)},
+		{Name: "default.pem", Certificate: ca.Issue(t, "default", []string{"default.test"}, day)},
+		{Name: "wild.pem", Certificate: ca.Issue(t, "wild", []string{"*.example.com"}, day)},
+		{Name: "exact.pem", Certificate: ca.Issue(t, "exact", []string{"api.example.com", "Other.Test"}, day)},
+		{Name: "wild2.pem", Certificate: ca.Issue(t, "wild2", []string{"*.example.com", "two.test"}, day)},
 	}
 	s, err := NewCertStore(certs, nil)
 	if err != nil {
@@ -120,13 +51,13 @@ func TestCertStorePick(t *testing.T) {
 }
 
 func TestCertStoreSwapAndExpiryGauge(t *testing.T) {
-	ca := newTestCA(t)
+	ca := testnet.NewCA(t)
 	set := metrics.NewSet()
 	exp1 := time.Now().Add(48 * time.Hour).Truncate(time.Second)
 	exp2 := time.Now().Add(72 * time.Hour).Truncate(time.Second)
 	s, err := NewCertStore([]Cert{
-		{Name: "a.pem", Certificate: ca.issue(t, "a", []string{"a.test"}, exp1)},
-		{Name: `we"ird.pem`, Certificate: ca.issue(t, "w", []string{"w.test"}, exp1)},
+		{Name: "a.pem", Certificate: ca.Issue(t, "a", []string{"a.test"}, exp1)},
+		{Name: `we"ird.pem`, Certificate: ca.Issue(t, "w", []string{"w.test"}, exp1)},
 	}, set)
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +71,7 @@ func TestCertStoreSwapAndExpiryGauge(t *testing.T) {
 			t.Errorf("metrics lack %q:\n%s", want, text)
 		}
 	}
-	if err := s.Swap([]Cert{{Name: "a.pem", Certificate: ca.issue(t, "a2", []string{"a.test"}, exp2)}}); err != nil {
+	if err := s.Swap([]Cert{{Name: "a.pem", Certificate: ca.Issue(t, "a2", []string{"a.test"}, exp2)}}); err != nil {
 		t.Fatal(err)
 	}
 	text = metricsText(set)

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"toron/internal/testnet"
+
 	"github.com/VictoriaMetrics/metrics"
 )
 
@@ -102,12 +104,12 @@ func newStore(t *testing.T, certs ...Cert) *CertStore {
 }
 
 func TestTLSSNIOverTheWire(t *testing.T) {
-	ca := newTestCA(t)
+	ca := testnet.NewCA(t)
 	day := time.Now().Add(24 * time.Hour)
 	store := newStore(t,
-		Cert{Name: "first.pem", Certificate: ca.issue(t, "first", []string{"first.test"}, day)},
-		Cert{Name: "wild.pem", Certificate: ca.issue(t, "wild", []string{"*.example.com"}, day)},
-		Cert{Name: "exact.pem", Certificate: ca.issue(t, "exact", []string{"api.example.com"}, day)},
+		Cert{Name: "first.pem", Certificate: ca.Issue(t, "first", []string{"first.test"}, day)},
+		Cert{Name: "wild.pem", Certificate: ca.Issue(t, "wild", []string{"*.example.com"}, day)},
+		Cert{Name: "exact.pem", Certificate: ca.Issue(t, "exact", []string{"api.example.com"}, day)},
 	)
 	s := startTLSEcho(t, TLSOptions{Certs: store, HandshakeTimeout: 5 * time.Second}, nil)
 	for _, tc := range []struct{ sni, want string }{
@@ -116,7 +118,7 @@ func TestTLSSNIOverTheWire(t *testing.T) {
 		{"deep.www.example.com", "first"},
 		{"", "first"},
 	} {
-		cfg := &tls.Config{ServerName: tc.sni, RootCAs: ca.pool, InsecureSkipVerify: tc.sni == "" || tc.want == "first" && tc.sni != "first.test"}
+		cfg := &tls.Config{ServerName: tc.sni, RootCAs: ca.Pool, InsecureSkipVerify: tc.sni == "" || tc.want == "first" && tc.sni != "first.test"}
 		cert, err := roundTrip(t, s.addr, cfg)
 		if err != nil {
 			t.Fatalf("SNI %q: %v", tc.sni, err)
@@ -128,12 +130,12 @@ func TestTLSSNIOverTheWire(t *testing.T) {
 }
 
 func TestTLSVersionsAndALPN(t *testing.T) {
-	ca := newTestCA(t)
-	store := newStore(t, Cert{Name: "c.pem", Certificate: ca.issue(t, "c", []string{"c.test"}, time.Now().Add(time.Hour))})
+	ca := testnet.NewCA(t)
+	store := newStore(t, Cert{Name: "c.pem", Certificate: ca.Issue(t, "c", []string{"c.test"}, time.Now().Add(time.Hour))})
 	set := metrics.NewSet()
 	s12 := startTLSEcho(t, TLSOptions{Certs: store, HandshakeTimeout: 5 * time.Second}, set)
 	s13 := startTLSEcho(t, TLSOptions{Certs: store, MinVersion: tls.VersionTLS13, HandshakeTimeout: 5 * time.Second}, metrics.NewSet())
-	base := tls.Config{ServerName: "c.test", RootCAs: ca.pool}
+	base := tls.Config{ServerName: "c.test", RootCAs: ca.Pool}
 
 	// TLS 1.1 is refused by default.
 	c11 := base.Clone()
@@ -181,8 +183,8 @@ func TestTLSVersionsAndALPN(t *testing.T) {
 // handshake timeout, while other clients are served meanwhile: the handshake never blocks
 // Accept.
 func TestTLSHandshakeTimeout(t *testing.T) {
-	ca := newTestCA(t)
-	store := newStore(t, Cert{Name: "c.pem", Certificate: ca.issue(t, "c", []string{"c.test"}, time.Now().Add(time.Hour))})
+	ca := testnet.NewCA(t)
+	store := newStore(t, Cert{Name: "c.pem", Certificate: ca.Issue(t, "c", []string{"c.test"}, time.Now().Add(time.Hour))})
 	const timeout = 1500 * time.Millisecond
 	s := startTLSEcho(t, TLSOptions{Certs: store, HandshakeTimeout: timeout}, nil)
 
@@ -211,7 +213,7 @@ func TestTLSHandshakeTimeout(t *testing.T) {
 
 	// Real clients are served while both wait.
 	for i := 0; i < 3; i++ {
-		if _, err := roundTrip(t, s.addr, &tls.Config{ServerName: "c.test", RootCAs: ca.pool}); err != nil {
+		if _, err := roundTrip(t, s.addr, &tls.Config{ServerName: "c.test", RootCAs: ca.Pool}); err != nil {
 			t.Fatalf("client %d during the silent handshakes: %v", i, err)
 		}
 	}
@@ -233,8 +235,8 @@ func TestTLSHandshakeTimeout(t *testing.T) {
 // Deadlines the layer above sets right after the accept apply once the handshake finished,
 // shifted by the time it took.
 func TestTLSDeadlinesAfterHandshake(t *testing.T) {
-	ca := newTestCA(t)
-	store := newStore(t, Cert{Name: "c.pem", Certificate: ca.issue(t, "c", []string{"c.test"}, time.Now().Add(time.Hour))})
+	ca := testnet.NewCA(t)
+	store := newStore(t, Cert{Name: "c.pem", Certificate: ca.Issue(t, "c", []string{"c.test"}, time.Now().Add(time.Hour))})
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -264,7 +266,7 @@ func TestTLSDeadlinesAfterHandshake(t *testing.T) {
 	}
 	time.Sleep(1500 * time.Millisecond)
 	start := time.Now()
-	tc := tls.Client(conn, &tls.Config{ServerName: "c.test", RootCAs: ca.pool})
+	tc := tls.Client(conn, &tls.Config{ServerName: "c.test", RootCAs: ca.Pool})
 	defer tc.Close()
 	if err := tc.Handshake(); err != nil {
 		t.Fatalf("handshake after 1.5s failed: the upper layer's 1s deadline cut it: %v", err)
@@ -279,18 +281,18 @@ func TestTLSDeadlinesAfterHandshake(t *testing.T) {
 }
 
 func TestTLSReloadSwapsCertificates(t *testing.T) {
-	ca := newTestCA(t)
+	ca := testnet.NewCA(t)
 	day := time.Now().Add(time.Hour)
-	store := newStore(t, Cert{Name: "c.pem", Certificate: ca.issue(t, "old", []string{"c.test"}, day)})
+	store := newStore(t, Cert{Name: "c.pem", Certificate: ca.Issue(t, "old", []string{"c.test"}, day)})
 	s := startTLSEcho(t, TLSOptions{Certs: store, HandshakeTimeout: 5 * time.Second}, nil)
-	cfg := &tls.Config{ServerName: "c.test", RootCAs: ca.pool}
+	cfg := &tls.Config{ServerName: "c.test", RootCAs: ca.Pool}
 
 	open, err := tls.Dial("tcp", s.addr, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer open.Close()
-	if err := store.Swap([]Cert{{Name: "c.pem", Certificate: ca.issue(t, "new", []string{"c.test"}, day)}}); err != nil {
+	if err := store.Swap([]Cert{{Name: "c.pem", Certificate: ca.Issue(t, "new", []string{"c.test"}, day)}}); err != nil {
 		t.Fatal(err)
 	}
 	cert, err := roundTrip(t, s.addr, cfg)
@@ -324,29 +326,29 @@ func TestTLSReloadSwapsCertificates(t *testing.T) {
 }
 
 func TestTLSMutual(t *testing.T) {
-	ca := newTestCA(t)
-	clientCA := newTestCA(t)
+	ca := testnet.NewCA(t)
+	clientCA := testnet.NewCA(t)
 	day := time.Now().Add(time.Hour)
-	store := newStore(t, Cert{Name: "c.pem", Certificate: ca.issue(t, "c", []string{"c.test"}, day)})
-	s := startTLSEcho(t, TLSOptions{Certs: store, ClientCAs: clientCA.pool, HandshakeTimeout: 5 * time.Second}, nil)
+	store := newStore(t, Cert{Name: "c.pem", Certificate: ca.Issue(t, "c", []string{"c.test"}, day)})
+	s := startTLSEcho(t, TLSOptions{Certs: store, ClientCAs: clientCA.Pool, HandshakeTimeout: 5 * time.Second}, nil)
 
-	good := clientCA.issue(t, "client", nil, day)
-	if _, err := roundTrip(t, s.addr, &tls.Config{ServerName: "c.test", RootCAs: ca.pool, Certificates: []tls.Certificate{good}}); err != nil {
+	good := clientCA.Issue(t, "client", nil, day)
+	if _, err := roundTrip(t, s.addr, &tls.Config{ServerName: "c.test", RootCAs: ca.Pool, Certificates: []tls.Certificate{good}}); err != nil {
 		t.Errorf("client signed by client_ca refused: %v", err)
 	}
 	for name, certs := range map[string][]tls.Certificate{
 		"no client certificate":     nil,
-		"certificate of another CA": {ca.issue(t, "stranger", nil, day)},
+		"certificate of another CA": {ca.Issue(t, "stranger", nil, day)},
 	} {
-		if _, err := roundTrip(t, s.addr, &tls.Config{ServerName: "c.test", RootCAs: ca.pool, Certificates: certs}); err == nil {
+		if _, err := roundTrip(t, s.addr, &tls.Config{ServerName: "c.test", RootCAs: ca.Pool, Certificates: certs}); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
 }
 
 func TestTLSPlainHTTPGets400(t *testing.T) {
-	ca := newTestCA(t)
-	store := newStore(t, Cert{Name: "c.pem", Certificate: ca.issue(t, "c", []string{"c.test"}, time.Now().Add(time.Hour))})
+	ca := testnet.NewCA(t)
+	store := newStore(t, Cert{Name: "c.pem", Certificate: ca.Issue(t, "c", []string{"c.test"}, time.Now().Add(time.Hour))})
 	s := startTLSEcho(t, TLSOptions{Certs: store, HandshakeTimeout: 5 * time.Second}, nil)
 	// A TCP health check (connect, close) is not a failed handshake.
 	probe, err := net.Dial("tcp", s.addr)

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 // onFD runs f on c's socket descriptor, outside any wait (RawConn.Control).
@@ -26,7 +28,7 @@ func onFD(t *testing.T, c net.Conn, f func(fd uintptr)) {
 // non-blocking, so none of them can block), bytes are peeked without being consumed, then read,
 // and a closed peer is a 0-byte read and peek.
 func TestNonBlockingCalls(t *testing.T) {
-	c, s := tcpPair(t)
+	c, s := testnet.Pair(t)
 	buf := make([]byte, 16)
 	var n int
 	var err error
@@ -52,7 +54,7 @@ func TestNonBlockingCalls(t *testing.T) {
 	if _, err := s.Write([]byte("pong")); err != nil {
 		t.Fatal(err)
 	}
-	if !waitUntil(5*time.Second, func() bool {
+	if !testnet.WaitUntil(5*time.Second, func() bool {
 		onFD(t, c, func(fd uintptr) { n, err = nbPeek(fd, buf[:1]) })
 		return n == 1
 	}) {
@@ -67,7 +69,7 @@ func TestNonBlockingCalls(t *testing.T) {
 	}
 
 	_ = s.Close()
-	if !waitUntil(5*time.Second, func() bool {
+	if !testnet.WaitUntil(5*time.Second, func() bool {
 		onFD(t, c, func(fd uintptr) { n, err = nbPeek(fd, buf[:1]) })
 		return err == nil && n == 0
 	}) {
@@ -84,7 +86,7 @@ func TestNonBlockingCalls(t *testing.T) {
 // reads, and one the peer never reads ends at the write deadline with the bytes the socket
 // took; the end of the stream is io.EOF.
 func TestNonBlockingConn(t *testing.T) {
-	c, s := tcpPair(t)
+	c, s := testnet.Pair(t)
 	nc, ok := NonBlocking(c).(*Conn)
 	if !ok {
 		t.Fatal("a *net.TCPConn did not become an Conn")
@@ -129,7 +131,7 @@ func TestNonBlockingConn(t *testing.T) {
 	}
 
 	// A peer that closes with nothing unread (the one above would reset): the end of stream.
-	c2, s2 := tcpPair(t)
+	c2, s2 := testnet.Pair(t)
 	nc2 := NonBlocking(c2)
 	_ = s2.Close()
 	_ = nc2.SetReadDeadline(time.Now().Add(5 * time.Second))

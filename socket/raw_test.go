@@ -8,12 +8,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 // rawPair returns a client *net.TCPConn with its raw path and the server's side of it.
 func rawPair(t *testing.T) (*net.TCPConn, *RawPath, *int64, net.Conn) {
 	t.Helper()
-	c, s := tcpPair(t)
+	c, s := testnet.Pair(t)
 	written := new(int64)
 	r := NewRawPath(c, written)
 	if r == nil {

@@ -1,0 +1,165 @@
+// Package testnet holds the test set-ups that several packages' tests share: a loopback TCP
+// pair, a poll with a generous bound, and a private certificate authority made for one test.
+// Tests import it; no production code does.
+package testnet
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Pair returns both ends of a loopback TCP connection, closed when the test ends.
+func Pair(t testing.TB) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err = ln.Accept()
+	if err != nil {
+		_ = client.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close(); _ = server.Close() })
+	return client, server
+}
+
+// WaitUntil polls cond every 5 ms until it holds or d has passed, and reports whether it held.
+func WaitUntil(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
+// CA is a private certificate authority made for one test, with the files it wrote in the
+// test's temporary directory: nothing is committed, nothing outlives the test.
+type CA struct {
+	// Cert and Key sign the leaves.
+	Cert *x509.Certificate
+	Key  *ecdsa.PrivateKey
+	// Pool holds Cert, for a client or server that must trust the leaves.
+	Pool *x509.CertPool
+	// Dir is where the PEM files go; CAFile is Cert's.
+	Dir    string
+	CAFile string
+	serial atomic.Int64
+}
+
+// NewCA makes a CA valid from an hour ago for a day, and writes its certificate to CAFile.
+func NewCA(t testing.TB) *CA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "toron test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := &CA{Cert: cert, Key: key, Pool: x509.NewCertPool(), Dir: t.TempDir()}
+	ca.serial.Store(1)
+	ca.Pool.AddCert(cert)
+	ca.CAFile = filepath.Join(ca.Dir, "ca.pem")
+	WritePEM(t, ca.CAFile, "CERTIFICATE", der)
+	return ca
+}
+
+// WritePEM writes der as one PEM block of type typ to file.
+func WritePEM(t testing.TB, file, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sign signs a leaf (server and client auth) for names, valid until notAfter: DNS names, and
+// IP SANs for the names that are addresses when ips is set. It returns the leaf's DER and the
+// PKCS #8 DER of its key.
+func (ca *CA) sign(t testing.TB, cn string, names []string, ips bool, notAfter time.Time) (*ecdsa.PrivateKey, []byte, []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(ca.serial.Add(1)), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter,
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil && ips {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, n)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, der, kb
+}
+
+// Issue signs a leaf for the DNS names, valid until notAfter, and returns it loaded (Leaf set).
+func (ca *CA) Issue(t testing.TB, cn string, names []string, notAfter time.Time) tls.Certificate {
+	t.Helper()
+	key, der, _ := ca.sign(t, cn, names, false, notAfter)
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
+}
+
+// IssueFiles signs a leaf for names (DNS names; an address such as "127.0.0.1" becomes an IP
+// SAN), valid for a day, and returns it loaded, with the PEM files it wrote as base.crt and
+// base.key in Dir.
+func (ca *CA) IssueFiles(t testing.TB, base string, names ...string) (tls.Certificate, string, string) {
+	t.Helper()
+	_, der, kb := ca.sign(t, base, names, true, time.Now().Add(24*time.Hour))
+	certFile, keyFile := filepath.Join(ca.Dir, base+".crt"), filepath.Join(ca.Dir, base+".key")
+	WritePEM(t, certFile, "CERTIFICATE", der)
+	WritePEM(t, keyFile, "PRIVATE KEY", kb)
+	pair, err := tls.X509KeyPair(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pair, certFile, keyFile
+}
