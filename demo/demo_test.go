@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"toron/internal/testnet"
+
 	"go.uber.org/goleak"
 	"go.yaml.in/yaml/v3"
 )
@@ -269,7 +271,7 @@ func TestCloseWithReportInFlight(t *testing.T) {
 		_ = resp.Body.Close()
 		res <- result{status: resp.StatusCode}
 	}()
-	waitFor(t, "the report to wait", func() bool { return u.reportsWaiting.Load() == 1 })
+	testnet.Eventually(t, "the report to wait", func() bool { return u.reportsWaiting.Load() == 1 })
 
 	start := time.Now()
 	if err := u.Close(); err != nil {
@@ -438,17 +440,5 @@ func TestBanner(t *testing.T) {
 	}
 	if strings.Contains(b, "%!") || strings.Contains(b, "8080//") {
 		t.Errorf("banner has a formatting error:\n%s", b)
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after 5s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

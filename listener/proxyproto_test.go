@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 // echoServer serves a ProxyListener: each connection gets back "RemoteAddr|first bytes read",
@@ -204,7 +206,7 @@ func TestProxyProtocolRefusals(t *testing.T) {
 	}
 	// The client closes before any header.
 	exchange(t, s.addr(), "", nil)
-	waitFor(t, func() bool { return s.rejected.Load() == 6 })
+	testnet.Eventually(t, "the condition", func() bool { return s.rejected.Load() == 6 })
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, err := range s.readErrs {
@@ -216,17 +218,6 @@ func TestProxyProtocolRefusals(t *testing.T) {
 
 func isReset(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "connection reset")
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // TestProxyProtocolAllow: the allow list checks the socket peer, never the header's source.
@@ -273,7 +264,7 @@ func TestProxyProtocolHeaderDeadline(t *testing.T) {
 	if elapsed < 1500*time.Millisecond || elapsed > 6*time.Second {
 		t.Errorf("the silent client was cut after %v, want about 2s", elapsed)
 	}
-	waitFor(t, func() bool { return s.rejected.Load() == 1 })
+	testnet.Eventually(t, "the condition", func() bool { return s.rejected.Load() == 1 })
 }
 
 // TestProxyProtocolKeepsDeadlines: the read deadline asked for before the header applies once

@@ -173,7 +173,7 @@ func TestTLSVersionsAndALPN(t *testing.T) {
 	}
 	conn.Close()
 
-	waitForTLS(t, "the TLS 1.1 attempt counted", func() bool { return s12.ln.HandshakeErrors() >= 1 })
+	testnet.Eventually(t, "the TLS 1.1 attempt counted", func() bool { return s12.ln.HandshakeErrors() >= 1 })
 	if !strings.Contains(metricsText(set), "toron_tls_handshake_errors_total ") {
 		t.Errorf("no handshake error metric:\n%s", metricsText(set))
 	}
@@ -229,7 +229,7 @@ func TestTLSHandshakeTimeout(t *testing.T) {
 		}
 	}
 	<-dripDone
-	waitForTLS(t, "two handshake errors", func() bool { return s.ln.HandshakeErrors() == 2 })
+	testnet.Eventually(t, "two handshake errors", func() bool { return s.ln.HandshakeErrors() == 2 })
 }
 
 // Deadlines the layer above sets right after the accept apply once the handshake finished,
@@ -369,20 +369,9 @@ func TestTLSPlainHTTPGets400(t *testing.T) {
 	if !strings.HasPrefix(string(b), "HTTP/1.1 400 Bad Request\r\n") || !strings.Contains(string(b), "use https://") {
 		t.Errorf("plain HTTP on the TLS port: got %q", b)
 	}
-	waitForTLS(t, "the plain HTTP request counted", func() bool { return s.ln.HandshakeErrors() >= 1 })
+	testnet.Eventually(t, "the plain HTTP request counted", func() bool { return s.ln.HandshakeErrors() >= 1 })
 	time.Sleep(200 * time.Millisecond)
 	if n := s.ln.HandshakeErrors(); n != 1 {
 		t.Errorf("handshake errors %d, want 1 (the plain request; not the TCP health check)", n)
-	}
-}
-
-func waitForTLS(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

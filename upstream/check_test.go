@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 // checkTarget is a real HTTP upstream on 127.0.0.1 whose health answer the test sets, and
@@ -89,18 +91,6 @@ func (ct *checkTarget) request() *http.Request {
 	return ct.lastReq
 }
 
-// eventually polls cond for up to 15 s (the suite runs under -race on loaded cores).
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // checkSet builds a Set with fast active checks over the given addresses.
 func checkSet(t *testing.T, events chan<- Event, addrs ...string) *Set {
 	t.Helper()
@@ -125,7 +115,7 @@ func checkSet(t *testing.T, events chan<- Event, addrs ...string) *Set {
 func TestActiveCheckRequestShape(t *testing.T) {
 	ct := newCheckTarget(t)
 	checkSet(t, nil, ct.addr)
-	eventually(t, "a check arrives", func() bool { return ct.request() != nil })
+	testnet.Eventually(t, "a check arrives", func() bool { return ct.request() != nil })
 	r := ct.request()
 	if r.Method != "GET" || r.URL.Path != "/healthz" || r.Host != ct.addr || r.UserAgent() != "toron-health" {
 		t.Fatalf("check %s %s Host %q User-Agent %q, want GET /healthz Host %s toron-health", r.Method, r.URL.Path, r.Host, r.UserAgent(), ct.addr)
@@ -137,14 +127,14 @@ func TestActiveChecksTakeTargetDownAndUp(t *testing.T) {
 	events := make(chan Event, 16)
 	s := checkSet(t, events, a.addr, b.addr)
 	ta := s.Targets()[0]
-	eventually(t, "checks run", func() bool { return a.checks.Load() >= 3 })
+	testnet.Eventually(t, "checks run", func() bool { return a.checks.Load() >= 3 })
 	if ta.Down() {
 		t.Fatal("a healthy target is down")
 	}
 
 	// An error status: down after three failed checks in a row, and out of the balancer.
 	a.status.Store(503)
-	eventually(t, "a goes down on 503", ta.Down)
+	testnet.Eventually(t, "a goes down on 503", ta.Down)
 	if e := <-events; e.Kind != EventDown || e.Target != a.addr || e.Route != "r" {
 		t.Fatalf("event %+v, want %s down", e, a.addr)
 	}
@@ -154,16 +144,16 @@ func TestActiveChecksTakeTargetDownAndUp(t *testing.T) {
 		}
 	}
 	a.status.Store(204)
-	eventually(t, "a comes back up", func() bool { return !ta.Down() })
+	testnet.Eventually(t, "a comes back up", func() bool { return !ta.Down() })
 	if e := <-events; e.Kind != EventUp || e.Target != a.addr {
 		t.Fatalf("event %+v, want %s up", e, a.addr)
 	}
 
 	// A refused dial: the listener closes, then listens again on the same port.
 	a.stop()
-	eventually(t, "a goes down when refusing", ta.Down)
+	testnet.Eventually(t, "a goes down when refusing", ta.Down)
 	a.start()
-	eventually(t, "a comes back after listening again", func() bool { return !ta.Down() })
+	testnet.Eventually(t, "a comes back after listening again", func() bool { return !ta.Down() })
 	if s.Targets()[1].Down() {
 		t.Fatal("b went down though it always answered 200")
 	}
@@ -234,7 +224,7 @@ func TestActiveCheckTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a silent target goes down", s.Targets()[0].Down)
+	testnet.Eventually(t, "a silent target goes down", s.Targets()[0].Down)
 	s.Close()
 }
 
@@ -274,10 +264,10 @@ func TestActiveCheckTLS(t *testing.T) {
 			}
 			defer s.Close()
 			if c.wantDown {
-				eventually(t, "a target with an unverifiable certificate goes down", s.Targets()[0].Down)
+				testnet.Eventually(t, "a target with an unverifiable certificate goes down", s.Targets()[0].Down)
 				return
 			}
-			eventually(t, "three checks through the caller's dial", func() bool { return dials.Load() >= 3 })
+			testnet.Eventually(t, "three checks through the caller's dial", func() bool { return dials.Load() >= 3 })
 			if s.Targets()[0].Down() {
 				t.Fatal("a verified TLS target is down")
 			}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"toron/internal/testnet"
+
 	"github.com/VictoriaMetrics/metrics"
 )
 
@@ -29,7 +31,7 @@ func TestReloadKeepsStateOfTargetsThatStay(t *testing.T) {
 		t.Fatal(err)
 	}
 	refused := old.Targets()[2]
-	eventually(t, "the refusing target goes down", refused.Down)
+	testnet.Eventually(t, "the refusing target goes down", refused.Down)
 	// Passive: stay ejected after two failures, once (the next ejection would last 2m).
 	st := old.Targets()[0]
 	attempt(st, Failure, 502)
@@ -83,7 +85,7 @@ func TestReloadKeepsStateOfTargetsThatStay(t *testing.T) {
 	if leave.checks.Load() > before+1 {
 		t.Fatal("the checker of the target that left still runs")
 	}
-	eventually(t, "the new target is checked", func() bool { return extra.checks.Load() > 0 })
+	testnet.Eventually(t, "the new target is checked", func() bool { return extra.checks.Load() > 0 })
 	text := scrape(ms)
 	if strings.Contains(text, leave.addr) {
 		t.Fatalf("metrics of the target that left remain:\n%s", text)
@@ -108,7 +110,7 @@ func TestReloadTurnsChecksOffAndOn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "down", s1.Targets()[0].Down)
+	testnet.Eventually(t, "down", s1.Targets()[0].Down)
 	cfg.Check = nil
 	s2, err := NewSet(cfg, s1)
 	if err != nil {
@@ -123,7 +125,7 @@ func TestReloadTurnsChecksOffAndOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s3.Close()
-	eventually(t, "down again once checks are back", s3.Targets()[0].Down)
+	testnet.Eventually(t, "down again once checks are back", s3.Targets()[0].Down)
 }
 
 func TestReloadOfAnotherRouteNameKeepsNothing(t *testing.T) {

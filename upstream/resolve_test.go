@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 // acceptOn listens on ip:port and counts the connections it accepts.
@@ -66,7 +68,7 @@ func TestResolverLocalhost(t *testing.T) {
 		}
 		return v4.Load() + v6.Load()
 	}
-	eventually(t, "6 connections", func() bool { return total() == 6 })
+	testnet.Eventually(t, "6 connections", func() bool { return total() == 6 })
 	if v6 != nil && (v4.Load() == 0 || v6.Load() == 0) {
 		t.Fatalf("localhost has %v: connections %d on 127.0.0.1 and %d on ::1, want both used", addrs, v4.Load(), v6.Load())
 	}
@@ -97,7 +99,7 @@ func TestResolverSpreadsOverAddresses(t *testing.T) {
 		}
 		c.Close()
 	}
-	eventually(t, "10 connections", func() bool { return one.Load()+two.Load() == 10 })
+	testnet.Eventually(t, "10 connections", func() bool { return one.Load()+two.Load() == 10 })
 	if one.Load() != 5 || two.Load() != 5 {
 		t.Fatalf("connections %d and %d, want 5 on each address", one.Load(), two.Load())
 	}
@@ -131,7 +133,7 @@ func TestResolverFailsOverToNextAddress(t *testing.T) {
 		}
 		c.Close()
 	}
-	eventually(t, "every dial reached the listening address", func() bool { return hits.Load() == 4 })
+	testnet.Eventually(t, "every dial reached the listening address", func() bool { return hits.Load() == 4 })
 }
 
 func TestResolverIPLiteralNotResolved(t *testing.T) {
@@ -145,7 +147,7 @@ func TestResolverIPLiteralNotResolved(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
-	eventually(t, "one connection", func() bool { return hits.Load() == 1 })
+	testnet.Eventually(t, "one connection", func() bool { return hits.Load() == 1 })
 }
 
 func TestResolverWaitBoundedByDialContext(t *testing.T) {
@@ -166,7 +168,7 @@ func TestResolverWaitBoundedByDialContext(t *testing.T) {
 		}
 		first <- err
 	}()
-	eventually(t, "the first lookup is under way", func() bool { return lookups.Load() == 1 })
+	testnet.Eventually(t, "the first lookup is under way", func() bool { return lookups.Load() == 1 })
 	// A second dial with a short deadline waits for the same lookup, but not past its deadline.
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -189,5 +191,5 @@ func TestResolverWaitBoundedByDialContext(t *testing.T) {
 	if lookups.Load() != 1 {
 		t.Fatalf("%d lookups, want 1 shared by every dial", lookups.Load())
 	}
-	eventually(t, "two connections", func() bool { return hits.Load() == 2 })
+	testnet.Eventually(t, "two connections", func() bool { return hits.Load() == 2 })
 }

@@ -163,3 +163,16 @@ func (ca *CA) IssueFiles(t testing.TB, base string, names ...string) (tls.Certif
 	}
 	return pair, certFile, keyFile
 }
+
+// eventuallyBound is Eventually's patience: generous, since the suite runs under -race on
+// loaded cores.
+const eventuallyBound = 15 * time.Second
+
+// Eventually polls cond every 5 ms and fails the test when it has not held within
+// eventuallyBound; what names the awaited condition in the failure.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	if !WaitUntil(eventuallyBound, cond) {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
