@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 // TestSilentClientBeyondMaxConnectionsHoldsOnlyItself (SPEC 16): nothing reads from a client on
@@ -19,8 +21,8 @@ func TestSilentClientBeyondMaxConnectionsHoldsOnlyItself(t *testing.T) {
 	const handshakeTimeout = 3 * time.Second
 	for name, proxied := range map[string]bool{"TLS": false, "PROXY protocol and TLS": true} {
 		t.Run(name, func(t *testing.T) {
-			pki := newTestPKI(t)
-			_, certFile, keyFile := pki.issue(t, "gw", "127.0.0.1")
+			pki := testnet.NewCA(t)
+			_, certFile, keyFile := pki.IssueFiles(t, "gw", "127.0.0.1")
 			server := "max_connections: 1\n"
 			if proxied {
 				server += "proxy_protocol: {enabled: true}\n"
@@ -44,7 +46,7 @@ func TestSilentClientBeyondMaxConnectionsHoldsOnlyItself(t *testing.T) {
 						return 0, err
 					}
 				}
-				c := tls.Client(raw, &tls.Config{RootCAs: pki.pool, ServerName: "127.0.0.1"})
+				c := tls.Client(raw, &tls.Config{RootCAs: pki.Pool, ServerName: "127.0.0.1"})
 				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 				if _, err := io.WriteString(c, "GET /api/x HTTP/1.1\r\nHost: example.test\r\n\r\n"); err != nil {
 					return 0, err
@@ -62,7 +64,7 @@ func TestSilentClientBeyondMaxConnectionsHoldsOnlyItself(t *testing.T) {
 			if proxied {
 				_, _ = io.WriteString(a, "PROXY TCP4 203.0.113.8 10.0.0.1 1 443\r\n")
 			}
-			ac := tls.Client(a, &tls.Config{RootCAs: pki.pool, ServerName: "127.0.0.1"})
+			ac := tls.Client(a, &tls.Config{RootCAs: pki.Pool, ServerName: "127.0.0.1"})
 			_ = ac.SetDeadline(time.Now().Add(10 * time.Second))
 			if _, err := io.WriteString(ac, "GET /api/a HTTP/1.1\r\nHost: example.test\r\n\r\n"); err != nil {
 				t.Fatal(err)

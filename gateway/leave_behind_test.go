@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 // TestClientLeavingBytesBehindIsSeenLeaving (SPEC 5 and 16): on an elevated route, a client
@@ -37,10 +39,10 @@ func TestClientLeavingBytesBehindIsSeenLeaving(t *testing.T) {
 				}
 			})
 			server := ""
-			var pki *testPKI
+			var pki *testnet.CA
 			if tc.overTLS {
-				pki = newTestPKI(t)
-				_, certFile, keyFile := pki.issue(t, "gw", "127.0.0.1")
+				pki = testnet.NewCA(t)
+				_, certFile, keyFile := pki.IssueFiles(t, "gw", "127.0.0.1")
 				server = tlsServerYAML("", certFile, keyFile)
 			}
 			gw := startGateway(t, server, upstreamRoute("/slow", up.addr, "max_concurrency: 4\nresponse_header_timeout: 30s"))
@@ -51,7 +53,7 @@ func TestClientLeavingBytesBehindIsSeenLeaving(t *testing.T) {
 			}
 			defer c.Close()
 			if tc.overTLS {
-				c = tls.Client(c, &tls.Config{RootCAs: pki.pool, ServerName: "127.0.0.1"})
+				c = tls.Client(c, &tls.Config{RootCAs: pki.Pool, ServerName: "127.0.0.1"})
 			}
 			if _, err := io.WriteString(c, "GET /slow/first HTTP/1.1\r\nHost: example.test\r\n\r\n"); err != nil {
 				t.Fatal(err)

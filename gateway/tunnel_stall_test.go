@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"toron/internal/testnet"
 	"toron/socket"
 )
 
@@ -45,8 +46,8 @@ func TestTunnelStalledSideEnds(t *testing.T) {
 }
 
 func testTunnelStall(t *testing.T, clientStalls, overTLS bool, writeTimeout, idle time.Duration) {
-	pki := newTestPKI(t)
-	cert, certFile, keyFile := pki.issue(t, "gw", "127.0.0.1")
+	pki := testnet.NewCA(t)
+	cert, certFile, keyFile := pki.IssueFiles(t, "gw", "127.0.0.1")
 	flood := make([]byte, 16<<10)
 
 	// The upstream: a WebSocket handshake, then a flood toward the client (the client stalls)
@@ -101,7 +102,7 @@ func testTunnelStall(t *testing.T, clientStalls, overTLS bool, writeTimeout, idl
 	extra := fmt.Sprintf("write_timeout: %s\ntunnel_idle_timeout: %s\n", writeTimeout, idle)
 	if overTLS {
 		target = "https://" + rawLn.Addr().String()
-		extra += "tls_ca_file: " + pki.caFile + "\n"
+		extra += "tls_ca_file: " + pki.CAFile + "\n"
 	}
 	server := ""
 	if overTLS {
@@ -115,7 +116,7 @@ func testTunnelStall(t *testing.T, clientStalls, overTLS bool, writeTimeout, idl
 		t.Fatal(err)
 	}
 	if overTLS {
-		c = tls.Client(c, &tls.Config{RootCAs: pki.pool, ServerName: "127.0.0.1"})
+		c = tls.Client(c, &tls.Config{RootCAs: pki.Pool, ServerName: "127.0.0.1"})
 	}
 	defer c.Close()
 	if _, err := io.WriteString(c, upgradeRequest("/ws")); err != nil {
@@ -143,7 +144,7 @@ func testTunnelStall(t *testing.T, clientStalls, overTLS bool, writeTimeout, idl
 	waitTunnels(t, tg.g, 1)
 	start, cpu0 := time.Now(), cpuSeconds(t)
 	limit := idle + 4*time.Second
-	ended := waitUntil(limit, func() bool { return tg.g.tunnels.count.Load() == 0 })
+	ended := testnet.WaitUntil(limit, func() bool { return tg.g.tunnels.count.Load() == 0 })
 	wall, cpu := time.Since(start), cpuSeconds(t)-cpu0
 	t.Logf("tunnel ended: %v after %s; CPU %.3f s over it, %.3f CPU-s per s", ended, wall.Round(10*time.Millisecond), cpu, cpu/wall.Seconds())
 	if !ended {

@@ -367,7 +367,7 @@ func TestProxyProtocolSplitHeaderTimeout(t *testing.T) {
 	if got != "" {
 		t.Errorf("overlong v1 header: %q %v", got, err)
 	}
-	waitFor(t, func() bool { return s.rejected.Load() == 2 })
+	testnet.Eventually(t, "the condition", func() bool { return s.rejected.Load() == 2 })
 }
 
 // segmentReader delivers its bytes in reads of at most size bytes (TCP segments).

@@ -104,7 +104,7 @@ func TestRawPathPeerClosedAndDeadline(t *testing.T) {
 // TestPeekerLeft: Left sees a FIN behind unread bytes (a pipelined request, a stray CRLF), where
 // Peek sees only the bytes; bytes alone, or nothing, are not leaving.
 func TestPeekerLeft(t *testing.T) {
-	client, server := tcpPair(t)
+	client, server := testnet.Pair(t)
 	p := NewPeeker(server)
 	if p.Left() || p.Peek() != PeekNothing {
 		t.Fatal("an idle open connection counts as left")
@@ -112,14 +112,14 @@ func TestPeekerLeft(t *testing.T) {
 	if _, err := client.Write([]byte("\r\n")); err != nil {
 		t.Fatal(err)
 	}
-	if !waitUntil(5*time.Second, func() bool { return p.Peek() == PeekData }) {
+	if !testnet.WaitUntil(5*time.Second, func() bool { return p.Peek() == PeekData }) {
 		t.Fatal("the bytes never arrived")
 	}
 	if p.Left() {
 		t.Fatal("bytes waiting on an open connection count as left")
 	}
 	_ = client.Close()
-	if !waitUntil(5*time.Second, p.Left) {
+	if !testnet.WaitUntil(5*time.Second, p.Left) {
 		t.Fatal("a FIN behind unread bytes is not seen as leaving")
 	}
 	if p.Peek() != PeekData {
