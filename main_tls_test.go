@@ -273,3 +273,53 @@ func TestWatchCertificateChangeReloads(t *testing.T) {
 	b.waitNewCert(t, withSecond, "after the files changed under -watch")
 	_ = b.cmd.Process.Signal(syscall.SIGTERM)
 }
+
+// TestWatchPicksUpFilesOfARefusedConfig (SPEC 18): -watch also watches the files that a
+// refused configuration names. A ConfigMap that renames the certificate before its Secret
+// arrives is refused (the files do not exist yet); when they arrive, in a directory nothing
+// watched before, the reload follows without another edit.
+func TestWatchPicksUpFilesOfARefusedConfig(t *testing.T) {
+	dir := t.TempDir()
+	tlsDir := filepath.Join(dir, "tls")
+	if err := os.Mkdir(tlsDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	b := startTLSBinary(t, dir, tlsDir, "-watch")
+	next, late := filepath.Join(dir, "next"), filepath.Join(dir, "late")
+	for _, d := range []string{next, late} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c2, k2, err := demo.WriteSelfSignedCert(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, _ := os.ReadFile(c2)
+	withSecond := trusting(t, writeFile(t, next, "trust.pem", string(second)))
+	lateCert, lateKey := filepath.Join(late, filepath.Base(c2)), filepath.Join(late, filepath.Base(k2))
+
+	cfg := filepath.Join(dir, "config.yaml")
+	old, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renamed := strings.NewReplacer(b.certFile, lateCert, b.keyFile, lateKey).Replace(string(old))
+	if err := os.Rename(writeFile(t, dir, ".config.yaml.new", renamed), cfg); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(b.stderr.String(), "configuration reload refused"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the configuration naming missing files was not refused:\n%s", b.stderr.String())
+		}
+	}
+	// The Secret arrives: the pair appears where the refused configuration said.
+	if err := os.Rename(k2, lateKey); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(c2, lateCert); err != nil {
+		t.Fatal(err)
+	}
+	b.waitNewCert(t, withSecond, "after the files a refused configuration named arrived")
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+}

@@ -26,12 +26,15 @@ func envWatch(environ []string) (bool, error) {
 }
 
 // watchedFiles are the files whose change -watch turns into a reload: the config and routes
-// files, and the certificate files cfg names (SPEC 18).
+// files, the certificate files cfg names, and the files the config and routes files on disk
+// name, refused or not (SPEC 18: a certificate that arrives after the configuration naming it
+// is picked up without another edit).
 func watchedFiles(o options, cfg *conf.Config) []string {
 	files := []string{o.config, o.routes}
 	// The certificate files of cfg: server.tls's pairs and client CA, the routes' tls_ca_file
 	// (SPEC 14: they are re-read on every reload, so a change to one is a reason to reload).
-	return append(files, cfg.TLSFiles()...)
+	files = append(files, cfg.TLSFiles()...)
+	return append(files, conf.NamedFiles(o.config, o.routes)...)
 }
 
 // startWatch starts the -watch watcher of SPEC 18 on the files of cfg; its errors are logged

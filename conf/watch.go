@@ -8,10 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/knadh/koanf/parsers/yaml"
 )
 
 // The settle rule of -watch (SPEC 18): a burst of file-system events is over when none came for
@@ -310,3 +312,45 @@ func readState(path string) fileState {
 }
 
 var _ io.Closer = (*Watcher)(nil)
+
+// NamedFiles returns the files that the given configuration files name, as written: every
+// string under a key ending in _file (certificates, keys, CA bundles, and any file a later key
+// names), at any depth, and every string in a list under such a key. The files are read
+// leniently, without validation, so that a configuration that is refused (a certificate it
+// names has not arrived yet) still tells -watch which files to watch (SPEC 18). A file that
+// cannot be read or parsed names nothing.
+func NamedFiles(files ...string) []string {
+	var out []string
+	seen := map[string]bool{}
+	var walk func(key string, v any)
+	walk = func(key string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				walk(k, e)
+			}
+		case []any:
+			for _, e := range x {
+				walk(key, e)
+			}
+		case string:
+			if strings.HasSuffix(key, "_file") && x != "" && !seen[x] {
+				seen[x] = true
+				out = append(out, x)
+			}
+		}
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		raw, err := yaml.Parser().Unmarshal(b)
+		if err != nil {
+			continue
+		}
+		walk("", raw)
+	}
+	slices.Sort(out)
+	return out
+}

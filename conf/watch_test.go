@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -380,4 +381,26 @@ func TestWatchSetPathsRetriesMissingDirectory(t *testing.T) {
 	}
 	write(t, cert, "c\n")
 	wantChange(t, w, cert)
+}
+
+// TestNamedFiles: the files a configuration names are found without validating it (a refused
+// one names its files too), at any depth; a file that does not parse names nothing.
+func TestNamedFiles(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	routes := filepath.Join(dir, "routes.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	for f, s := range map[string]string{
+		cfg:    "server:\n  tls:\n    certs:\n      - {cert_file: /s/a.crt, key_file: /s/a.key}\n      - {cert_file: /s/b.crt, key_file: /s/b.key}\n    client_ca_file: /s/ca.pem\n  read_timeout: -5s\n",
+		routes: "routes:\n  - {type: upstream, prefix: /a, target: https://x:1, tls_ca_file: /s/up.pem}\n  - {type: upstream, prefix: /b, target: https://x:1, tls_ca_file: /s/up.pem, auth: {htpasswd_file: /s/users}}\n",
+		bad:    "server: {tls: [\n",
+	} {
+		if err := os.WriteFile(f, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := strings.Join(NamedFiles(cfg, routes, bad, filepath.Join(dir, "missing.yaml")), " ")
+	if want := "/s/a.crt /s/a.key /s/b.crt /s/b.key /s/ca.pem /s/up.pem /s/users"; got != want {
+		t.Errorf("NamedFiles: %s\nwant %s", got, want)
+	}
 }

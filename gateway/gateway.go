@@ -181,6 +181,26 @@ func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
 // buildSnapshot turns a validated configuration into a route table with upstream pools. prev,
 // when not nil, is the snapshot in force: a route that keeps its name keeps its targets' state
 // (health, in-flight counts) and, when their settings did not change, their connection pools.
+// checkSnapshot reports what buildSnapshot would refuse in cfg, building nothing: the trusted
+// proxies, each route's upstream TLS settings and its upstream Set.
+func (g *Gateway) checkSnapshot(cfg *conf.Config) error {
+	if _, err := newTrustedSet(cfg); err != nil {
+		return err
+	}
+	for i := range cfg.Routes {
+		rc := &cfg.Routes[i]
+		tlsCfg, err := upstreamTLSConfig(rc)
+		if err != nil {
+			return err
+		}
+		uc := upstreamConfig(rc, g.set, g.resolver.Dial, tlsCfg, g.onUpstreamEvent)
+		if err := uc.Validate(); err != nil {
+			return fmt.Errorf("gateway: route %q: %w", rc.Name, err)
+		}
+	}
+	return nil
+}
+
 func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, error) {
 	snap := &snapshot{
 		cfg:         cfg,
@@ -266,17 +286,27 @@ func (g *Gateway) Reload(cfg *conf.Config) error {
 		g.reloadKO.Inc()
 		return err
 	}
-	// TLS first: Load already read and checked every pair, and building the snapshot hands
-	// the routes' targets over to the new table.
-	if err := g.reloadTLS(cfg); err != nil {
+	// SPEC 18: every step is checked before any is taken, so that a reload that fails leaves
+	// the old configuration serving, whole: building the snapshot hands the routes' targets
+	// over to the new table and retires pools, and reloadTLS swaps the certificates, neither
+	// of which can be undone.
+	if err := g.checkTLSReload(cfg); err != nil {
+		g.reloadKO.Inc()
+		return err
+	}
+	if err := g.checkSnapshot(cfg); err != nil {
 		g.reloadKO.Inc()
 		return err
 	}
 	old := g.snap.Load()
 	snap, err := g.buildSnapshot(cfg, old)
 	if err != nil {
+		// Checked above: only a step that checkSnapshot does not know can fail here.
 		g.reloadKO.Inc()
 		return err
+	}
+	if err := g.reloadTLS(cfg); err != nil {
+		panic("BUG: gateway: TLS reload failed after its check: " + err.Error())
 	}
 	g.access.Store(cfg.Log.Access)
 	g.applySnapshot(snap)

@@ -76,6 +76,18 @@ func (g *Gateway) wrapTLS(ln net.Listener) (net.Listener, error) {
 // reloadTLS puts the certificates and settings of cfg in force for new handshakes; open
 // connections keep theirs. Load already read and checked every pair, so only a programming
 // error can fail here; ReloadCompatible made sure TLS stays on or off.
+// checkTLSReload reports what reloadTLS would refuse in cfg, changing nothing.
+func (g *Gateway) checkTLSReload(cfg *conf.Config) error {
+	t := cfg.Server.TLS
+	if t == nil || g.tls.certs == nil {
+		return nil
+	}
+	if err := listen.CheckCerts(listenerCerts(t)); err != nil {
+		return err
+	}
+	return tlsOptions(t, g.tls.certs).Check()
+}
+
 func (g *Gateway) reloadTLS(cfg *conf.Config) error {
 	t := cfg.Server.TLS
 	if t == nil || g.tls.certs == nil {

@@ -61,6 +61,13 @@ func NewCertStore(certs []Cert, set *metrics.Set) (*CertStore, error) {
 	return s, nil
 }
 
+// CheckCerts reports what Swap would refuse in certs, without putting anything in force (a
+// reload checks every step before it swaps any, SPEC 18).
+func CheckCerts(certs []Cert) error {
+	_, err := newCertSet(certs)
+	return err
+}
+
 // Swap puts certs in force for new handshakes. On error the set in force is unchanged.
 func (s *CertStore) Swap(certs []Cert) error {
 	cs, err := newCertSet(certs)

@@ -76,20 +76,30 @@ func NewTLS(ln net.Listener, o TLSOptions, set *metrics.Set) (*TLS, error) {
 	return l, nil
 }
 
+// Check reports what Update would refuse in o, without putting anything in force: a reload
+// checks every step before it swaps any (SPEC 18). A nil Certs is allowed here (the store is
+// the listener's own, checked with CheckCerts).
+func (o TLSOptions) Check() error {
+	if o.HandshakeTimeout <= 0 {
+		return errors.New("listener: handshake timeout must be positive")
+	}
+	if v := o.MinVersion; v != 0 && v != tls.VersionTLS12 && v != tls.VersionTLS13 {
+		return errors.New("listener: minimum TLS version must be 1.2 or 1.3")
+	}
+	return nil
+}
+
 // Update puts o in force for the connections accepted from now on.
 func (l *TLS) Update(o TLSOptions) error {
 	if o.Certs == nil {
 		return ErrNoCerts
 	}
-	if o.HandshakeTimeout <= 0 {
-		return errors.New("listener: handshake timeout must be positive")
+	if err := o.Check(); err != nil {
+		return err
 	}
 	minVersion := o.MinVersion
 	if minVersion == 0 {
 		minVersion = tls.VersionTLS12
-	}
-	if minVersion != tls.VersionTLS12 && minVersion != tls.VersionTLS13 {
-		return errors.New("listener: minimum TLS version must be 1.2 or 1.3")
 	}
 	cfg := &tls.Config{
 		MinVersion:     minVersion,

@@ -318,6 +318,11 @@ func NewSet(cfg Config, prev *Set) (*Set, error) {
 }
 
 // validate refuses what conf refuses first: NewSet's callers pass validated values.
+// Validate reports what NewSet would refuse in c, without building anything: a reload checks
+// every route's Set before it builds any, since building one takes over the serving Set's
+// targets (SPEC 18).
+func (c *Config) Validate() error { return c.validate() }
+
 func (c *Config) validate() error {
 	if len(c.Targets) == 0 {
 		return errNoTargets

@@ -1,0 +1,55 @@
+package gateway
+
+import (
+	"crypto/tls"
+	"testing"
+
+	"toron/internal/testnet"
+)
+
+// TestFailedReloadLeavesEverythingServing (SPEC 18): a reload builds and checks everything
+// (certificates, routes, pools) before it swaps any of it, so one that fails at any step leaves
+// the old configuration serving, whole: the old certificate, the old route table and the old
+// targets with their pools. Here the step that fails is the second route's upstream Set, after
+// the certificates changed and the first route moved to another target.
+func TestFailedReloadLeavesEverythingServing(t *testing.T) {
+	pki := testnet.NewCA(t)
+	_, certA, keyA := pki.IssueFiles(t, "certA", "127.0.0.1")
+	_, certB, keyB := pki.IssueFiles(t, "certB", "127.0.0.1")
+	u1, u2, u3 := startUpstream(t, nil), startUpstream(t, nil), startUpstream(t, nil)
+	gw := startGateway(t, tlsServerYAML("", certA, keyA), upstreamRoute("/one", u1.addr, "")+upstreamRoute("/two", u2.addr, ""))
+	client := httpsClient(pki.Pool, "127.0.0.1", true)
+	if code, _, _ := get(t, client, "https://"+gw.addr+"/one/x"); code != 200 || u1.requests.Load() != 1 {
+		t.Fatalf("before the reload: %d, u1 saw %d", code, u1.requests.Load())
+	}
+
+	cfg := loadConfig(t, tlsServerYAML("", certB, keyB), upstreamRoute("/one", u3.addr, "")+upstreamRoute("/two", u2.addr, ""))
+	cfg.Routes[1].Effective.Retries = 99 // refused by upstream.NewSet, after /one was built
+	rerr := gw.g.Reload(cfg)
+	if rerr == nil {
+		t.Fatal("the reload was accepted")
+	}
+	t.Logf("refused: %v", rerr)
+
+	c, err := tls.Dial("tcp", gw.addr, &tls.Config{RootCAs: pki.Pool, ServerName: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cn := c.ConnectionState().PeerCertificates[0].Subject.CommonName
+	t.Logf("certificate presented after the refused reload: %s", cn)
+	_ = c.Close()
+	if cn != "certA" {
+		t.Errorf("after the refused reload the gateway presents %s, want the old certA", cn)
+	}
+	for i := 0; i < 3; i++ {
+		if code, body, _ := get(t, client, "https://"+gw.addr+"/one/x"); code != 200 {
+			t.Errorf("after the refused reload /one answers %d %s", code, body)
+		}
+	}
+	if n1, n3 := u1.requests.Load(), u3.requests.Load(); n1 != 4 || n3 != 0 {
+		t.Errorf("after the refused reload /one went to the old target %d times and to the new one %d times, want 3 and 0", n1-1, n3)
+	}
+	if n := u1.conns.Load(); n != 1 {
+		t.Errorf("the old target's pool was retired: %d upstream connections, want 1 kept alive", n)
+	}
+}
