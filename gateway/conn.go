@@ -147,6 +147,9 @@ type clientConn struct {
 	// which may come from the shutdown's goroutine) writes the bytes and returns the buffer.
 	hasPending atomic.Bool
 	rawCount   int64
+	// tail is held while the rest of a response end is written (readWithPending) and while the
+	// socket is being closed (Close): the one never cuts the other.
+	tail sync.Mutex
 }
 
 // errRefusedUnshaken is the write of a TLS connection refused before its handshake (unshaken).
@@ -302,7 +305,12 @@ func (c *clientConn) readWithPending(p []byte) (int, error) {
 	}
 	if r.Partial {
 		if len(rest) > 0 {
-			if _, err := socket.WriteInWindow(c.Conn, &c.writeWin, rest, nil); err != nil {
+			// tail: a Close meanwhile (a shutdown's) closes the socket after this write, not
+			// under it.
+			c.tail.Lock()
+			_, err := socket.WriteInWindow(c.Conn, &c.writeWin, rest, nil)
+			c.tail.Unlock()
+			if err != nil {
 				return 0, err
 			}
 		}
@@ -316,12 +324,42 @@ func (c *clientConn) readWithPending(p []byte) (int, error) {
 
 // Close releases whatever the request in progress still holds, then closes the connection,
 // lingering first when a rejection left body bytes in flight.
+//
+// A response end still owed to the client (deferResponseEnd's, or the rest of one that the
+// connection's goroutine is writing, tail) is finished first, on a goroutine of its own, which
+// then closes the socket: a shutdown closes idle connections from fasthttp's closeIdleConns,
+// under the lock that every connection's start and end take, and a write there to a client slow
+// to read held that lock, and every other connection, for up to write_timeout (SPEC 9: a drain
+// loses no byte of an answered response and never blocks other connections).
 func (c *clientConn) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	c.flushPendingClosing()
 	c.x.abandon()
+	if !c.tail.TryLock() {
+		// The connection's goroutine is writing the rest of a response end: close after it.
+		go func() {
+			c.tail.Lock()
+			defer c.tail.Unlock()
+			_ = c.closeSocket()
+		}()
+		return nil
+	}
+	if c.hasPending.Load() {
+		go func() {
+			defer c.tail.Unlock()
+			_ = c.closeSocket()
+		}()
+		return nil
+	}
+	defer c.tail.Unlock()
+	return c.closeSocket()
+}
+
+// closeSocket writes a response end still waiting, then closes the socket (lingering when
+// asked) and forgets the connection; Close's, under tail.
+func (c *clientConn) closeSocket() error {
+	c.flushPendingClosing()
 	if c.linger.Load() {
 		// The socket below TLS: a *net.TCPConn, or a connection of the PROXY protocol listener
 		// over one (the half-close must not be TLS's close_notify).
