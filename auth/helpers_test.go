@@ -1,0 +1,117 @@
+package auth
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/base64"
+	"encoding/json"
+	"math/big"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/valyala/fasthttp"
+)
+
+// Test keys, generated once per test binary: RSA generation is slow.
+var (
+	keysOnce sync.Once
+	rsaA     *rsa.PrivateKey
+	rsaB     *rsa.PrivateKey
+	ecKey    *ecdsa.PrivateKey
+)
+
+func testKeys(t testing.TB) {
+	t.Helper()
+	keysOnce.Do(func() {
+		var err error
+		if rsaA, err = rsa.GenerateKey(rand.Reader, 2048); err != nil {
+			panic(err)
+		}
+		if rsaB, err = rsa.GenerateKey(rand.Reader, 2048); err != nil {
+			panic(err)
+		}
+		if ecKey, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
+			panic(err)
+		}
+	})
+}
+
+var b64 = base64.RawURLEncoding
+
+// rsaJWK is the public JWK of k under kid.
+func rsaJWK(kid string, k *rsa.PrivateKey) map[string]string {
+	return map[string]string{"kty": "RSA", "kid": kid, "use": "sig",
+		"n": b64.EncodeToString(k.N.Bytes()), "e": b64.EncodeToString(big.NewInt(int64(k.E)).Bytes())}
+}
+
+// ecJWK is the public JWK of k under kid.
+func ecJWK(kid string, k *ecdsa.PrivateKey) map[string]string {
+	pt, err := k.PublicKey.Bytes()
+	if err != nil {
+		panic(err)
+	}
+	return map[string]string{"kty": "EC", "kid": kid, "crv": "P-256",
+		"x": b64.EncodeToString(pt[1:33]), "y": b64.EncodeToString(pt[33:])}
+}
+
+// jwksJSON is the JWK Set of keys.
+func jwksJSON(keys ...map[string]string) []byte {
+	b, err := json.Marshal(map[string]any{"keys": keys})
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// sign makes a token with method m, key key, header kid and claims c.
+func sign(t testing.TB, m jwt.SigningMethod, kid string, key any, c jwt.MapClaims) string {
+	t.Helper()
+	tok := jwt.NewWithClaims(m, c)
+	if kid != "" {
+		tok.Header["kid"] = kid
+	}
+	s, err := tok.SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// claims are valid claims for issuer "https://idp.test" and audience "api", expiring in an hour.
+func claims(extra map[string]any) jwt.MapClaims {
+	c := jwt.MapClaims{"iss": "https://idp.test", "aud": "api", "sub": "alice",
+		"exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix()}
+	for k, v := range extra {
+		c[k] = v
+	}
+	return c
+}
+
+// writeFile writes data to a file in a temporary directory and returns its path.
+func writeFile(t testing.TB, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// input is a request's Input with the given headers (name, value pairs).
+func input(kv ...string) *Input {
+	h := &fasthttp.RequestHeader{}
+	h.SetMethod("GET")
+	h.SetRequestURI("/app/page?x=1")
+	h.SetHost("app.test")
+	for i := 0; i+1 < len(kv); i += 2 {
+		h.Add(kv[i], kv[i+1])
+	}
+	return &Input{Header: h, ClientIP: netip.MustParseAddr("192.0.2.7"), Scheme: "https"}
+}
