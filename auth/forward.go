@@ -136,6 +136,8 @@ func (f *Forward) Check(in *Input) Verdict {
 			req.Header.AddBytesV(name, v)
 		}
 	}
+	// An answer without Content-Type must not get fasthttp's default one relayed.
+	resp.Header.SetNoDefaultContentType(true)
 	if err := f.client.DoTimeout(req, resp, f.timeout); err != nil {
 		return VerdictUnavailable
 	}

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Import-direction check (STYLE 1, docs/architecture.md): main -> gateway -> upstream, listener,
-# limits, timeouts, streaming, socket; upstream -> timeouts, streaming, socket; main, gateway ->
-# conf. The leaves (limits, timeouts, streaming, listener) import only the standard library,
-# fasthttp and the metrics package (and, in listener, github.com/pires/go-proxyproto); socket
-# imports only the standard library.
+# auth, limits, timeouts, streaming, socket; upstream -> timeouts, streaming, socket; main, gateway
+# -> conf. The leaves (limits, timeouts, streaming, listener, auth) import only the standard
+# library, fasthttp and the metrics package (and, in listener, github.com/pires/go-proxyproto; in
+# auth, golang.org/x/crypto/bcrypt and github.com/golang-jwt/jwt/v5); socket imports only the
+# standard library.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
-for leaf in limits timeouts streaming listener; do
+for leaf in limits timeouts streaming listener auth; do
 	[ -d "$leaf" ] || continue
 	bad=$(go list -f '{{join .Imports "\n"}}' "./$leaf" 2>/dev/null |
 		grep -E '^(toron/|go\.uber\.org/zap)' || true)
