@@ -26,7 +26,7 @@ func envWatch(environ []string) (bool, error) {
 }
 
 // watchedFiles are the files whose change -watch turns into a reload: the config and routes
-// files, the certificate files cfg names, and the files the config and routes files on disk
+// files, the certificate, users and JWKS files cfg names, and the files the config and routes files on disk
 // name, refused or not (SPEC 18: a certificate that arrives after the configuration naming it
 // is picked up without another edit).
 func watchedFiles(o options, cfg *conf.Config) []string {
@@ -34,6 +34,8 @@ func watchedFiles(o options, cfg *conf.Config) []string {
 	// The certificate files of cfg: server.tls's pairs and client CA, the routes' tls_ca_file
 	// (SPEC 14: they are re-read on every reload, so a change to one is a reason to reload).
 	files = append(files, cfg.TLSFiles()...)
+	// The users files and JWKS files of its auth blocks (SPEC 19): the reload re-reads them.
+	files = append(files, cfg.AuthFiles()...)
 	return append(files, conf.NamedFiles(o.config, o.routes)...)
 }
 

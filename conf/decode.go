@@ -26,6 +26,7 @@ const (
 	kindStrings              // []string: a YAML list of strings
 	kindTLS                  // *TLS: the server.tls mapping (conf/tls.go)
 	kindStrMap               // map[string]string: names to strings (conf/tracing.go)
+	kindAuth                 // *Auth: a route's auth or server.auth_defaults (conf/auth.go)
 )
 
 // describe says what a value of the kind looks like, for error messages.
@@ -50,6 +51,8 @@ func (k kind) describe() string {
 		return "a mapping with certs"
 	case kindStrMap:
 		return "a mapping of names to strings"
+	case kindAuth:
+		return `"default" or a mapping with one of basic, jwt, forward`
 	default:
 		return "a string"
 	}
@@ -81,6 +84,8 @@ func schemaOf(t reflect.Type) schema {
 		switch {
 		case ft == reflect.TypeFor[TLS]():
 			s[tag] = kindTLS
+		case ft == reflect.TypeFor[Auth]():
+			s[tag] = kindAuth
 		case ft == reflect.TypeFor[time.Duration]():
 			s[tag] = kindDuration
 		case ft.Kind() == reflect.String:
@@ -217,6 +222,8 @@ func fromYAML(v any, k kind) (any, error) {
 		return decodeTLS(v)
 	case kindStrMap:
 		return decodeStringMap(v)
+	case kindAuth:
+		return decodeAuth(v)
 	case kindStrings:
 		list, ok := v.([]any)
 		if !ok {

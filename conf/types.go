@@ -79,6 +79,9 @@ type Server struct {
 	TLS *TLS `koanf:"tls" json:"tls,omitempty"`
 	// Tracing exports OpenTelemetry traces (SPEC 21, conf/tracing.go); off without endpoint.
 	Tracing Tracing `koanf:"tracing" json:"tracing"`
+	// AuthDefaults is the auth block of the routes that say auth: default (SPEC 19,
+	// conf/auth.go); nil (the default): none.
+	AuthDefaults *Auth `koanf:"auth_defaults" json:"auth_defaults,omitempty"`
 }
 
 // Log holds the log settings (config.yaml, key log).
@@ -135,6 +138,10 @@ type Route struct {
 	// RateLimit is the per-client token bucket of SPEC 17; nil means no limit. The resolved
 	// value (burst and key defaulted) is Effective.RateLimit.
 	RateLimit *RateLimit `koanf:"rate_limit" json:"-"`
+	// Access and Auth are access control before the body (SPEC 19, conf/auth.go); nil means
+	// none. Their resolved values (auth: default filled in) are Effective.Access and .Auth.
+	Access *Access `koanf:"access" json:"-"`
+	Auth   *Auth   `koanf:"auth" json:"-"`
 	// WebSocket tunnels and path rewriting (SPEC 15, SPEC 16; conf/tunnel.go).
 	// Websocket lets WebSocket upgrades through this route; default false (they get a 501).
 	Websocket bool `koanf:"websocket" json:"-"`
@@ -222,6 +229,10 @@ type Effective struct {
 	Retries int `json:"retries"`
 	// RateLimit is the route's rate_limit with burst and key defaulted; nil means no limit.
 	RateLimit *RateLimit `json:"rate_limit,omitempty"`
+	// Access is the route's IP lists; nil when it has none. Auth is its auth block, with auth:
+	// default resolved to server.auth_defaults; nil when it has none.
+	Access *Access `json:"access,omitempty"`
+	Auth   *Auth   `json:"auth,omitempty"`
 	// Websocket is the route's websocket key. MaxTunnels and TunnelIdleTimeout are its tunnel
 	// limits, set only when Websocket is true (SPEC 15).
 	Websocket         bool          `json:"websocket"`

@@ -132,6 +132,7 @@ func (l *loader) checkServer(cfg *Config) {
 		l.configErr("log.format", "must be json or console, not %q", cfg.Log.Format)
 	}
 	l.checkClientIdentity(cfg)
+	l.checkAuthDefaults(cfg)
 }
 
 // checkListenHost accepts an IP address or a host name to listen on.
@@ -301,6 +302,7 @@ func (l *loader) checkRoutes(cfg *Config, routes []routeInput) {
 			}
 		}
 		l.checkRoute(r, in, bad)
+		checkRouteAuth(cfg, r, bad)
 		r.Host = strings.ToLower(r.Host)
 		if !in.present["name"] {
 			r.Name = defaultName(r)

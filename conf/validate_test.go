@@ -70,7 +70,7 @@ func TestValidationErrors(t *testing.T) {
 		{name: "unknown top key", config: "serverr: {}", want: "config.yaml: serverr: unknown key (the config file has the keys server and log)", wantKey: "serverr", route: -1},
 		{name: "routes in config file", config: okRoute, want: "config.yaml: routes: routes belong in the routes file (routes.yaml)", wantKey: "routes", route: -1},
 		{name: "unknown server key", config: "server: {read_timout: 5s}", want: "config.yaml: server.read_timout: unknown key (did you mean read_timeout?)", wantKey: "server.read_timout", route: -1},
-		{name: "unknown server key far from any", config: "server: {colour: blue}", want: "config.yaml: server.colour: unknown key (known keys: connect_timeout, ...", wantKey: "server.colour", route: -1},
+		{name: "unknown server key far from any", config: "server: {colour: blue}", want: "config.yaml: server.colour: unknown key (known keys: auth_defaults, connect_timeout, ...", wantKey: "server.colour", route: -1},
 		{name: "unknown log key", config: "log: {levle: debug}", want: "config.yaml: log.levle: unknown key (did you mean level?)", wantKey: "log.levle", route: -1},
 		{name: "server not a mapping", config: "server: [1, 2]", want: "config.yaml: server: must be a mapping of keys, not a list", wantKey: "server", route: -1},
 		{name: "invalid yaml", config: "server: {port: 1", want: "config.yaml: invalid YAML: yaml: ...", route: -1},
