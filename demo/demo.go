@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +63,8 @@ type Upstreams struct {
 	// WS is the "127.0.0.1:port" of the WebSocket echo upstream (ws.go).
 	WS string
 	ws *WSEcho
+	// Auth holds the files and credentials of the demo's access-control routes (auth.go).
+	Auth *AuthDemo
 
 	servers []*server
 	// done is closed when Close begins: waiting reports and body copies stop at once.
@@ -110,6 +113,10 @@ func Start() (*Upstreams, error) {
 		return nil, err
 	}
 	u.WS, u.ws = ws.Addr(), ws
+	if u.Auth, err = newAuthDemo(); err != nil {
+		_ = u.Close()
+		return nil, err
+	}
 	return u, nil
 }
 
@@ -194,6 +201,11 @@ func (u *Upstreams) Close() error {
 		close(shutDown)
 		cutter.Wait()
 		u.wg.Wait()
+		if u.Auth != nil {
+			if err := os.RemoveAll(u.Auth.Dir); err != nil {
+				errs = append(errs, fmt.Errorf("demo: cannot remove the auth files: %w", err))
+			}
+		}
 		if u.ws != nil {
 			if err := u.ws.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("demo: cannot close the ws listener: %w", err))

@@ -374,10 +374,11 @@ func TestRoutesYAML(t *testing.T) {
 			RequestsPerSecond float64 `yaml:"requests_per_second"`
 			Burst             float64 `yaml:"burst"`
 		} `yaml:"rate_limit"`
-		Websocket         bool   `yaml:"websocket"`
-		TunnelIdleTimeout string `yaml:"tunnel_idle_timeout"`
-		StripPrefix       bool   `yaml:"strip_prefix"`
-		AddPrefix         string `yaml:"add_prefix"`
+		Websocket         bool           `yaml:"websocket"`
+		TunnelIdleTimeout string         `yaml:"tunnel_idle_timeout"`
+		StripPrefix       bool           `yaml:"strip_prefix"`
+		AddPrefix         string         `yaml:"add_prefix"`
+		Auth              map[string]any `yaml:"auth"`
 	}
 	var doc struct {
 		Routes []route `yaml:"routes"`
@@ -400,6 +401,16 @@ func TestRoutesYAML(t *testing.T) {
 		{Type: "upstream", Prefix: "/api/limited", Target: "http://" + u.API},
 		{Type: "upstream", Prefix: "/ws", Target: "http://" + u.WS, Websocket: true, TunnelIdleTimeout: "60s"},
 		{Type: "upstream", Prefix: "/billing", Target: "http://" + u.API, StripPrefix: true, AddPrefix: "/api/v1"},
+		{Type: "upstream", Prefix: "/api/private", Target: "http://" + u.API},
+		{Type: "upstream", Prefix: "/api/token", Target: "http://" + u.API},
+	}
+	for i, kind := range map[int]string{len(want) - 2: "basic", len(want) - 1: "jwt"} {
+		if i < len(doc.Routes) && doc.Routes[i].Auth[kind] == nil {
+			t.Errorf("routes[%d]: auth %v, want a %s block", i, doc.Routes[i].Auth, kind)
+		}
+	}
+	for i := range doc.Routes {
+		doc.Routes[i].Auth = nil
 	}
 	want[4].RateLimit.RequestsPerSecond, want[4].RateLimit.Burst = 1, 3
 	if len(doc.Routes) != len(want) {

@@ -48,6 +48,10 @@ type apiReply struct {
 	BodyBytes int64  `json:"body_bytes"`
 	// Instance is the API instance that answered, api-1 or api-2 (failover.go).
 	Instance string `json:"instance"`
+	// User is the X-User header the gateway set from a verified token (auth.go); Authorization
+	// tells whether a credential reached the upstream (the basic route removes it).
+	User          string `json:"user,omitempty"`
+	Authorization bool   `json:"authorization_forwarded,omitempty"`
 }
 
 // reportReply is the report service's answer, before any padding.
@@ -92,12 +96,14 @@ func (u *Upstreams) serveAPI(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	writeJSON(ctx, fasthttp.StatusOK, apiReply{
-		Service:   "api",
-		Method:    string(ctx.Method()),
-		Path:      string(ctx.URI().PathOriginal()),
-		RequestID: string(ctx.Request.Header.Peek("X-Request-Id")),
-		BodyBytes: n,
-		Instance:  u.instanceOf(ctx),
+		Service:       "api",
+		Method:        string(ctx.Method()),
+		Path:          string(ctx.URI().PathOriginal()),
+		RequestID:     string(ctx.Request.Header.Peek("X-Request-Id")),
+		BodyBytes:     n,
+		Instance:      u.instanceOf(ctx),
+		User:          string(ctx.Request.Header.Peek("X-User")),
+		Authorization: len(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)) > 0,
 	})
 }
 

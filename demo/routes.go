@@ -55,7 +55,11 @@ routes:
 
 // RoutesYAML returns a routes.yaml document with the seed's recipes pointed at these upstreams.
 func (u *Upstreams) RoutesYAML() []byte {
-	return fmt.Appendf(fmt.Appendf(nil, routesTemplate, u.API, u.Reports, u.Upload, u.API2), wsRoutesTemplate, u.API, u.WS)
+	out := fmt.Appendf(fmt.Appendf(nil, routesTemplate, u.API, u.Reports, u.Upload, u.API2), wsRoutesTemplate, u.API, u.WS)
+	if u.Auth != nil {
+		out = fmt.Appendf(out, authRoutesTemplate, u.API, u.Auth.UsersFile, u.Auth.JWKSFile)
+	}
+	return out
 }
 
 // bannerTemplate is the startup text. The %[n]s verbs: 1 gateway URL, 2 api, 3 reports,
@@ -129,5 +133,9 @@ Not built (SPEC 11): HTTP/2.
 // gateway's base URL (e.g. "http://127.0.0.1:8080").
 func (u *Upstreams) Banner(gatewayURL string) string {
 	base := strings.TrimRight(gatewayURL, "/")
-	return fmt.Sprintf(bannerTemplate, base, u.API, u.Reports, u.Upload, u.API2) + fmt.Sprintf(wsBannerTemplate, base)
+	out := fmt.Sprintf(bannerTemplate, base, u.API, u.Reports, u.Upload, u.API2) + fmt.Sprintf(wsBannerTemplate, base)
+	if u.Auth != nil {
+		out += fmt.Sprintf(authBannerTemplate, base, AuthDemoUser, AuthDemoPassword, u.Auth.Token)
+	}
+	return out
 }
