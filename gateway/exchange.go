@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+	"toron/auth"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
@@ -95,6 +96,11 @@ type exchange struct {
 	untrustedPeer bool       // trusted_proxies is set and the peer is not in it: they are dropped
 	realIP        []byte     // X-Real-IP's value, reused
 	retryAfter    []byte     // the Retry-After of a rate_limit 429 (ratelimit.go)
+
+	// Access control (access.go): the check's input, and a refusal that varies per request.
+	authIn      auth.Input
+	authVerdict auth.Verdict
+	authRej     rejection
 
 	ws wsState // a WebSocket upgrade's handshake (tunnel.go)
 

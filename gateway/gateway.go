@@ -87,6 +87,8 @@ type route struct {
 	tls *tls.Config
 	// rl is the route's rate_limit, nil without one (ratelimit.go).
 	rl *routeRateLimit
+	// ac is the route's access control, nil without access or auth (access.go).
+	ac *routeAuth
 
 	// rw is the route's path rewriting (rewrite.go); tun its tunnel state, nil without
 	// websocket: true (tunnel.go).
@@ -260,6 +262,9 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, er
 		snap.routes = append(snap.routes, rt)
 		entries[i] = tableEntry{Host: rc.Host, Prefix: rc.Prefix, Methods: rc.Methods}
 	}
+	if err := g.buildAuth(snap, prev); err != nil {
+		return nil, err
+	}
 	snap.table = newRouteTable(entries)
 	return snap, nil
 }
@@ -310,6 +315,7 @@ func (g *Gateway) Reload(cfg *conf.Config) error {
 	}
 	g.access.Store(cfg.Log.Access)
 	g.applySnapshot(snap)
+	closeAuth(old.routes, snap) // the checkers the new table did not keep (access.go)
 	g.reloads.Inc()
 	// A route that left the table ends its targets: checkers stop, pools retire (requests
 	// admitted under the old table finish on their connections, which then close). The Sets of
@@ -382,6 +388,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	for _, r := range g.snap.Load().routes {
 		r.set.Close()
 	}
+	closeAuth(g.snap.Load().routes, nil) // JWKS refreshes stop, auth-service connections close
 	return err
 }
 

@@ -148,6 +148,12 @@ func (g *Gateway) decide(h *fasthttp.RequestHeader, x *exchange) {
 		return
 	}
 
+	// Step 4a: access, 403, on the client IP (SPEC 19, access.go).
+	if !r.ac.allowsClient(x) {
+		x.reject(rejForbidden)
+		return
+	}
+
 	// Step 5: Tier 1, the declared length.
 	if int64(cl) > r.eff.MaxBodyBytes {
 		x.reject(rejBodyTooLarge)
@@ -157,6 +163,11 @@ func (g *Gateway) decide(h *fasthttp.RequestHeader, x *exchange) {
 	// Step 6: admission. The client's rate limit first (SPEC 17), never queued.
 	if r.rl != nil && !r.rl.allow(h, x) {
 		x.reject(rejRateLimited)
+		return
+	}
+	// Auth, 401 / the auth service's answer / 503, waiting within its own bound and holding no
+	// slot or worker (access.go).
+	if !g.authorize(h, x, r.ac) {
 		return
 	}
 	if x.ws.upgrade {
@@ -317,6 +328,7 @@ func (g *Gateway) writeRejection(ctx *fasthttp.RequestCtx, x *exchange, r *rejec
 	if r == rejRateLimited {
 		ctx.Response.Header.SetBytesKV(headerRetryAfter, x.retryAfter) // SPEC 17: until a token is back
 	}
+	writeAuthHeaders(ctx, x, r) // a challenge, Retry-After: 1, a relayed answer's headers (access.go)
 	if len(x.reqID) > 0 {
 		ctx.Response.Header.SetBytesKV(headerRequestID, x.reqID)
 	}

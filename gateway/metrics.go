@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"toron/auth"
 
 	"github.com/VictoriaMetrics/metrics"
 
@@ -52,6 +53,11 @@ const (
 	reasonRateLimited
 	reasonProxyProtocol
 	reasonTunnelLimit
+	reasonForbidden
+	reasonUnauthorized
+	reasonAuthDenied
+	reasonAuthUnavailable
+	reasonAuthBusy
 	numReasons
 )
 
@@ -72,6 +78,11 @@ var reasonNames = [numReasons]string{
 	reasonRateLimited:      "rate_limited",
 	reasonProxyProtocol:    "proxy_protocol",
 	reasonTunnelLimit:      "tunnel_limit",
+	reasonForbidden:        auth.ReasonForbidden,
+	reasonUnauthorized:     auth.ReasonUnauthorized,
+	reasonAuthDenied:       auth.ReasonDenied,
+	reasonAuthUnavailable:  auth.ReasonUnavailable,
+	reasonAuthBusy:         auth.ReasonBusy,
 }
 
 func (r reason) String() string { return reasonNames[r] }
