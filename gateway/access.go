@@ -146,10 +146,13 @@ func (g *Gateway) authorize(h *fasthttp.RequestHeader, x *exchange, ra *routeAut
 		return true
 	}
 	x.authIn = auth.Input{Header: h, ClientIP: x.clientIP, Scheme: ra.scheme}
-	v := ra.checker.Check(&x.authIn)
+	// The verdict lives in the exchange: a local whose address goes to an interface method
+	// would be allocated on every request.
+	x.authVerdict = ra.checker.Check(&x.authIn)
 	x.authIn.Header = nil
+	v := &x.authVerdict
 	if v.Outcome == auth.Pass {
-		ra.checker.Prepare(h, &v)
+		ra.checker.Prepare(h, v)
 		return true
 	}
 	switch v.Outcome {
@@ -162,7 +165,6 @@ func (g *Gateway) authorize(h *fasthttp.RequestHeader, x *exchange, ra *routeAut
 		if v.Outcome == auth.Denied {
 			r = reasonAuthDenied
 		}
-		x.authVerdict = v
 		x.authRej = rejection{status: v.Status, reason: r, body: v.Body}
 		x.reject(&x.authRej)
 	}
