@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -275,5 +276,52 @@ func TestWatchThirdFileReloads(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+}
+
+// TestWatchUsersFileReloads: -watch watches the users file of a basic-auth route (SPEC 18,
+// SPEC 19): a new one reloads the gateway, which re-reads it.
+func TestWatchUsersFileReloads(t *testing.T) {
+	dir, authDir := t.TempDir(), t.TempDir()
+	const line = "demo:$2a$10$jg/bnlbmcXdL6pyibpgETuY8f07GDz78V9OQLcMfECNyzfdKeTSZ.\n"
+	users := writeFile(t, authDir, "users.htpasswd", line)
+	o := options{
+		config: writeFile(t, dir, "config.yaml", "server:\n  host: 127.0.0.1\n  port: 1\nlog:\n  access: false\n"),
+		routes: writeFile(t, dir, "routes.yaml", "routes:\n  - type: upstream\n    prefix: /a\n    target: http://127.0.0.1:1\n    auth: {basic: {users_file: \""+users+"\"}}\n"),
+	}
+	load := func() (*conf.Config, error) { return conf.Load(o.config, o.routes, nil) }
+	cfg, err := load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files := watchedFiles(o, cfg); !slices.Contains(files, users) {
+		t.Fatalf("watched %v, want the users file too", files)
+	}
+	g, err := gateway.New(cfg, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := conf.NewWatcher(watchedFiles(o, cfg), func(err error) { t.Errorf("watch: %v", err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	tmp := writeFile(t, authDir, ".users.new", line+"other:$2a$10$jg/bnlbmcXdL6pyibpgETuY8f07GDz78V9OQLcMfECNyzfdKeTSZ.\n")
+	if err := os.Rename(tmp, users); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case files := <-w.Changes():
+		if len(files) != 1 || files[0] != users {
+			t.Fatalf("changed %v, want [%s]", files, users)
+		}
+		reloadOnChange(files, w, o, g, load, zap.NewNop(), zap.NewAtomicLevel(), "json")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the users file change was not reported")
+	}
+	var b bytes.Buffer
+	g.Metrics().WritePrometheus(&b)
+	if !strings.Contains(b.String(), "toron_config_reloads_total 1\n") {
+		t.Error("no reload counted")
 	}
 }
