@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -58,5 +60,91 @@ func BenchmarkAuthSmallGET(b *testing.B) {
 			gw := startGatewayB(b, "", upstreamRoute("/api", up, c.extra), false)
 			benchmarkSmallGETWith(b, gw.addr, c.header, c.value)
 		})
+	}
+}
+
+// BenchmarkAuthPaired sends the small GET alternately to a gateway without auth and to one
+// with it, request by request (as BenchmarkClientIdentityPaired does, so that both see the same
+// machine load), both with the same credential header, and reports the ratio of their median
+// latencies (ratio-median; 1.00 is no cost) and of their summed latencies (ratio-sum). The
+// credential is cached after the first request; forward auth calls a fast local service on
+// every request.
+func BenchmarkAuthPaired(b *testing.B) {
+	users := filepath.Join(b.TempDir(), "users")
+	writeUsers(b, users, "alice", "pw")
+	jwks, signTok := testJWKS(b)
+	tok := signTok(jwt.MapClaims{"iss": "idp", "aud": "api", "sub": "alice", "exp": time.Now().Add(time.Hour).Unix()})
+	authSvc := startFastAuthService(b)
+	for _, v := range []struct {
+		name, route, header, value string
+	}{
+		{"basic", fmt.Sprintf("auth: {basic: {users_file: %q}}", users), "Authorization", basicCred("alice", "pw")},
+		{"jwt", fmt.Sprintf("auth: {jwt: {jwks_file: %q, algorithms: [ES256], issuer: idp, audience: [api], claims_to_headers: {sub: X-User}}}", jwks), "Authorization", "Bearer " + tok},
+		{"forward", fmt.Sprintf("auth: {forward: {url: \"http://%s/verify\", request_headers: [Authorization], upstream_headers: [X-User]}}", authSvc), "Authorization", "Bearer x"},
+		{"access", "access: {allow: [127.0.0.0/8]}", "Authorization", "Bearer x"},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			up := startFastUpstream(b)
+			plain := startGatewayB(b, "", upstreamRoute("/api", up, ""), false)
+			feat := startGatewayB(b, "", upstreamRoute("/api", up, v.route), false)
+			send := []func() time.Duration{authPairedClient(b, plain.addr, v.header, v.value), authPairedClient(b, feat.addr, v.header, v.value)}
+			lat := [2][]time.Duration{make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				first := i & 1
+				lat[first] = append(lat[first], send[first]())
+				lat[1-first] = append(lat[1-first], send[1-first]())
+			}
+			b.StopTimer()
+			var sum [2]time.Duration
+			for j := range lat {
+				for _, d := range lat[j] {
+					sum[j] += d
+				}
+				slices.Sort(lat[j])
+			}
+			b.ReportMetric(float64(lat[1][len(lat[1])/2])/float64(lat[0][len(lat[0])/2]), "ratio-median")
+			b.ReportMetric(float64(sum[1])/float64(sum[0]), "ratio-sum")
+		})
+	}
+}
+
+// startFastAuthService is a forward-auth service answering 204 with X-User at once.
+func startFastAuthService(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		ctx.Response.Header.Set("X-User", "alice")
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
+	}}
+	go func() { _ = srv.Serve(ln) }()
+	tb.Cleanup(func() { _ = srv.Shutdown() })
+	return ln.Addr().String()
+}
+
+// authPairedClient returns a function sending one small GET with the header name: value on a
+// keep-alive connection to addr and returning its latency.
+func authPairedClient(b *testing.B, addr, name, value string) func() time.Duration {
+	hc := &fasthttp.HostClient{Addr: addr, MaxConns: 1}
+	b.Cleanup(hc.CloseIdleConnections)
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	b.Cleanup(func() { fasthttp.ReleaseRequest(req); fasthttp.ReleaseResponse(resp) })
+	req.SetRequestURI("http://" + addr + "/api/users")
+	req.Header.Set(name, value)
+	return func() time.Duration {
+		start := time.Now()
+		if err := hc.Do(req, resp); err != nil {
+			b.Fatal(err)
+		}
+		d := time.Since(start)
+		if resp.StatusCode() != 200 {
+			b.Fatalf("status %d", resp.StatusCode())
+		}
+		return d
 	}
 }
