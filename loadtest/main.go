@@ -4,15 +4,15 @@
 // summary table and writes a latency-over-time plot (HTML with an inline SVG).
 //
 //	go run ./loadtest -toron bin/toron -scenario small-get
-//	go run ./loadtest -scenario isolation -duration 5s
-//	go run ./loadtest -scenario isolation -peer nginx   # the same measurement against nginx
+//	go run ./loadtest -scenario isolation -duration 5s        # Toron, nginx and HAProxy, interleaved
+//	go run ./loadtest -scenario isolation -peers toron        # Toron alone
 //
 // Scenarios: small-get, upload, isolation, slow-client, tls-silent; and four helpers: upstream (serve the
 // upstream alone, for scripts/compare.sh), probe (probe a running server every -interval, for
 // scripts/slowloris.sh), naive-proxy and tcp-relay (the upload scenario's references, started
-// by it). Every request goes to 127.0.0.1. With -peer nginx the isolation scenario starts nginx
-// (loadtest/peers/nginx.conf, from a temporary prefix) in front of the same upstream instead of
-// the gateway.
+// by it). Every request goes to 127.0.0.1. The isolation scenario measures the gateway, nginx
+// (loadtest/peers/nginx.conf, from a temporary prefix) and HAProxy (loadtest/peers/haproxy.cfg),
+// each in front of its own upstream, in interleaved rounds of one run (-peers).
 //
 // Exit status: 0 done, 1 a failure to set up or run, 2 bad flags, 3 the scenario ran but missed
 // its target (the FAIL lines say which).
@@ -32,8 +32,9 @@ import (
 // options are the command's flags.
 type options struct {
 	toron    string
-	peer     string
+	peers    []string
 	nginx    string
+	haproxy  string
 	scenario string
 	out      string
 	duration time.Duration
@@ -44,6 +45,7 @@ type options struct {
 	connections int
 
 	apiRate, healthRate, floodRate int
+	apiConns                       int
 	rounds                         int
 	bulkhead                       int
 	maxRatio                       float64
@@ -81,18 +83,20 @@ func main() {
 	var o options
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.StringVar(&o.toron, "toron", "bin/toron", "gateway binary to start")
-	fs.StringVar(&o.peer, "peer", "toron", "isolation: the server to measure, toron or nginx (loadtest/peers/nginx.conf, for reference)")
-	fs.StringVar(&o.nginx, "nginx", "nginx", "nginx binary for -peer nginx")
+	peers := fs.String("peers", "toron,nginx,haproxy", "isolation: the servers measured in the same interleaved rounds, comma-separated: toron, nginx, haproxy (loadtest/peers/)")
+	fs.StringVar(&o.nginx, "nginx", "nginx", "nginx binary for -peers nginx")
+	fs.StringVar(&o.haproxy, "haproxy", "haproxy", "haproxy binary for -peers haproxy")
 	fs.StringVar(&o.scenario, "scenario", "", "small-get, upload, isolation, slow-client, slow-target, tunnel, tls-silent; helpers: upstream, probe, ws-echo")
 	fs.StringVar(&o.out, "out", "out/loadtest", "folder for the plots, tables and the gateway's log")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of each measured phase")
 	fs.StringVar(&o.target, "target", "", "measure this running server (base URL on 127.0.0.1; for upload the full URL) instead of starting the gateway")
 	fs.IntVar(&o.rate, "rate", 0, "small-get: requests per second, 0 for as fast as -connections allow")
 	fs.IntVar(&o.connections, "connections", 64, "small-get: concurrent connections")
-	fs.IntVar(&o.apiRate, "api-rate", 200, "isolation, slow-client: /api requests per second")
+	fs.IntVar(&o.apiRate, "api-rate", 200, "slow-client, tunnel: /api requests per second; isolation: the same when -api-conns is 0")
+	fs.IntVar(&o.apiConns, "api-conns", 8, "isolation: /api keep-alive connections, each sending its next request when the last is answered (closed loop: the throughput figure); 0 for -api-rate")
 	fs.IntVar(&o.healthRate, "health-rate", 20, "isolation, slow-client: /health requests per second")
 	fs.IntVar(&o.floodRate, "flood-rate", 200, "isolation: requests per second to the saturated legacy route")
-	fs.IntVar(&o.rounds, "rounds", 3, "isolation: idle/saturated rounds; upload: rounds of every series (medians are reported)")
+	fs.IntVar(&o.rounds, "rounds", 0, "isolation: interleaved idle/flood rounds of every peer (default 9); upload, slow-target, tunnel: rounds of every series (default 3); medians are reported")
 	fs.IntVar(&o.bulkhead, "bulkhead", 8, "isolation: max_concurrency of /legacy/reports in the generated routes")
 	fs.Float64Var(&o.maxRatio, "max-ratio", 1.5, "isolation: target for /api p99 saturated / idle")
 	fs.IntVar(&o.uploads, "uploads", 8, "upload: concurrent uploads")
@@ -119,6 +123,7 @@ func main() {
 		os.Exit(2)
 	}
 	fs.Visit(func(f *flag.Flag) { o.rateSet = o.rateSet || f.Name == "rate" })
+	o.peers = strings.Split(*peers, ",")
 	if err := o.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -141,11 +146,19 @@ func (o *options) validate() error {
 	if !slices.Contains(scenarios, o.scenario) {
 		return fmt.Errorf("loadtest: -scenario must be one of %s, got %q", strings.Join(scenarios, ", "), o.scenario)
 	}
-	switch {
-	case o.peer != "toron" && o.peer != "nginx":
-		return fmt.Errorf("loadtest: -peer must be toron or nginx, got %q", o.peer)
-	case o.peer == "nginx" && o.scenario != "isolation":
-		return fmt.Errorf("loadtest: -peer nginx is for the isolation scenario (scripts/compare.sh and scripts/slowloris.sh measure nginx otherwise)")
+	if len(o.peers) == 0 {
+		o.peers = []string{"toron"}
+	}
+	for i, p := range o.peers {
+		if !slices.Contains(isolationPeers, p) || slices.Index(o.peers, p) != i {
+			return fmt.Errorf("loadtest: -peers holds each of %s at most once, got %q", strings.Join(isolationPeers, ", "), strings.Join(o.peers, ","))
+		}
+	}
+	if o.rounds == 0 {
+		o.rounds = 3
+		if o.scenario == "isolation" {
+			o.rounds = isolationRounds
+		}
 	}
 	if o.bulkhead < 1 || o.bulkhead > 1000 {
 		return fmt.Errorf("loadtest: -bulkhead must be between 1 and 1000, got %d", o.bulkhead)
@@ -166,7 +179,7 @@ func (o *options) validate() error {
 	if o.uploads < 1 || o.uploads > 64 {
 		return fmt.Errorf("loadtest: -uploads must be between 1 and 64, got %d", o.uploads)
 	}
-	if o.connections < 1 || o.attackers < 0 || o.apiRate < 1 || o.healthRate < 1 || o.floodRate < 0 || o.rate < 0 {
+	if o.connections < 1 || o.attackers < 0 || o.apiRate < 1 || o.apiConns < 0 || o.healthRate < 1 || o.floodRate < 0 || o.rate < 0 {
 		return errors.New("loadtest: rates and counts must be positive")
 	}
 	if o.interval < time.Millisecond || o.probeTimeout <= 0 {

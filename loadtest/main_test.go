@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestValidateKeepsTrafficOnLoopback(t *testing.T) {
-	base := options{scenario: "probe", peer: "toron", bulkhead: 8, duration: time.Second, rounds: 3, uploads: 8,
+	base := options{scenario: "probe", peers: []string{"toron"}, bulkhead: 8, duration: time.Second, rounds: 3, uploads: 8,
 		connections: 1, apiRate: 1, healthRate: 1, interval: time.Millisecond, probeTimeout: time.Second}
 	for target, ok := range map[string]bool{
 		"":                           true,
@@ -51,23 +51,35 @@ func TestValidateKeepsTrafficOnLoopback(t *testing.T) {
 	}
 }
 
-func TestValidatePeer(t *testing.T) {
-	base := options{scenario: "isolation", peer: "toron", bulkhead: 8, duration: time.Second, rounds: 3, uploads: 8,
+func TestValidatePeers(t *testing.T) {
+	base := options{scenario: "isolation", peers: []string{"toron"}, bulkhead: 8, duration: time.Second, rounds: 3, uploads: 8,
 		connections: 1, apiRate: 1, healthRate: 1, interval: time.Millisecond, probeTimeout: time.Second}
 	for _, c := range []struct {
-		scenario, peer string
-		ok             bool
+		peers []string
+		ok    bool
 	}{
-		{"isolation", "toron", true},
-		{"isolation", "nginx", true},
-		{"isolation", "haproxy", false},
-		{"small-get", "nginx", false},
-		{"slow-client", "nginx", false},
+		{[]string{"toron"}, true},
+		{[]string{"nginx"}, true},
+		{[]string{"toron", "nginx", "haproxy"}, true},
+		{[]string{"haproxy", "toron"}, true},
+		{[]string{"envoy"}, false},
+		{[]string{"toron", "toron"}, false},
+		{[]string{""}, false},
 	} {
 		o := base
-		o.scenario, o.peer = c.scenario, c.peer
+		o.peers = c.peers
 		if err := o.validate(); (err == nil) != c.ok {
-			t.Errorf("-scenario %s -peer %s: validate() = %v, want ok=%v", c.scenario, c.peer, err, c.ok)
+			t.Errorf("-peers %v: validate() = %v, want ok=%v", c.peers, err, c.ok)
+		}
+	}
+	for _, c := range []struct {
+		scenario string
+		want     int
+	}{{"isolation", isolationRounds}, {"upload", 3}} {
+		o := base
+		o.scenario, o.rounds = c.scenario, 0
+		if err := o.validate(); err != nil || o.rounds != c.want {
+			t.Errorf("-scenario %s without -rounds: %d rounds (%v), want %d", c.scenario, o.rounds, err, c.want)
 		}
 	}
 	o := base

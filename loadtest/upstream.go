@@ -68,6 +68,10 @@ type Upstream struct {
 	UploadBytes atomic.Int64
 	// Uploads counts completed uploads.
 	Uploads atomic.Int64
+
+	// released is closed by ReleaseReports to end the reports waiting at that moment.
+	releaseMu sync.Mutex
+	released  chan struct{}
 }
 
 // StartUpstream listens on addr (such as 127.0.0.1:0) and serves until Close.
@@ -76,7 +80,7 @@ func StartUpstream(addr string) (*Upstream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loadtest: upstream cannot listen on %s: %w", addr, err)
 	}
-	u := &Upstream{ln: ln, done: make(chan struct{})}
+	u := &Upstream{ln: ln, done: make(chan struct{}), released: make(chan struct{})}
 	u.srv = &fasthttp.Server{
 		Handler:                      u.handle,
 		StreamRequestBody:            true,
@@ -100,6 +104,21 @@ func (u *Upstream) Addr() string { return u.ln.Addr().String() }
 
 // URL is the upstream's base URL.
 func (u *Upstream) URL() string { return "http://" + u.Addr() }
+
+// ReleaseReports answers every report waiting for its delay now, at once; later reports wait
+// for theirs again.
+func (u *Upstream) ReleaseReports() {
+	u.releaseMu.Lock()
+	defer u.releaseMu.Unlock()
+	close(u.released)
+	u.released = make(chan struct{})
+}
+
+func (u *Upstream) releaseChan() <-chan struct{} {
+	u.releaseMu.Lock()
+	defer u.releaseMu.Unlock()
+	return u.released
+}
 
 // Close ends waiting reports and stops the server.
 func (u *Upstream) Close() error {
@@ -154,11 +173,13 @@ func (u *Upstream) serveReport(ctx *fasthttp.RequestCtx) {
 		delay = d
 	}
 	if delay > 0 {
+		release := u.releaseChan()
 		u.ReportsWaiting.Add(1)
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
 		case <-u.done:
+		case <-release:
 		}
 		t.Stop()
 		u.ReportsWaiting.Add(-1)

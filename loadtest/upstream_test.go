@@ -328,3 +328,29 @@ func waitRelay(t *testing.T, done <-chan error) {
 		t.Fatal("the tcp relay did not end 10 s after its lifetime")
 	}
 }
+
+func TestReleaseReportsEndsTheWaitingOnes(t *testing.T) {
+	up := startUpstream(t)
+	wait := holdReports(up.URL(), 3, 10*time.Minute)
+	if !waitFor(5*time.Second, func() bool { return up.ReportsWaiting.Load() == 3 }) {
+		t.Fatalf("%d reports waiting, want 3", up.ReportsWaiting.Load())
+	}
+	start := time.Now()
+	up.ReleaseReports()
+	for _, r := range wait() {
+		if r.Code != http.StatusOK || r.Error != "" {
+			t.Errorf("a released report: %d %s", r.Code, r.Error)
+		}
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the released reports took %s to answer", d)
+	}
+	// A report after the release waits for its own delay again.
+	start = time.Now()
+	if code, _ := rejectOnce(up.URL() + "/legacy/reports?delay=150ms"); code != http.StatusOK {
+		t.Errorf("a report after the release: %d", code)
+	}
+	if d := time.Since(start); d < 150*time.Millisecond {
+		t.Errorf("a report after the release answered after %s, before its delay", d)
+	}
+}
