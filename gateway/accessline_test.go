@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"math"
+	"math/rand/v2"
 	"net/netip"
+	"strconv"
 	"testing"
 	"time"
 
@@ -60,6 +63,7 @@ func TestAccessLineIsZapsLine(t *testing.T) {
 		time.Now(),
 	}
 	ips := []netip.Addr{{}, netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("2001:db8::1")}
+	var clock lineClock // shared by the cases, as the sink's: hits and misses both
 	n := 0
 	for i, s := range strs {
 		for j, d := range durs {
@@ -77,9 +81,12 @@ func TestAccessLineIsZapsLine(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := appendAccessLine(nil, tm, x)
+			got := appendAccessLine(nil, tm, x, nil)
 			if !bytes.Equal(got, want.Bytes()) {
 				t.Fatalf("case %d/%d:\n got %s\nwant %s", i, j, got, want.Bytes())
+			}
+			if got := appendAccessLine([]byte("prev\n"), tm, x, &clock); !bytes.Equal(got[5:], want.Bytes()) {
+				t.Fatalf("case %d/%d, with the sink's clock:\n got %s\nwant %s", i, j, got[5:], want.Bytes())
 			}
 			if json.Valid(got) != json.Valid(want.Bytes()) {
 				t.Fatalf("case %d/%d: validity differs", i, j)
@@ -90,6 +97,59 @@ func TestAccessLineIsZapsLine(t *testing.T) {
 	}
 	if n < 50 {
 		t.Fatalf("only %d cases", n)
+	}
+}
+
+// appendSeconds prints what strconv's shortest formatting of the seconds prints, on both sides
+// of exactSecondsBelow and for the awkward values (powers of ten, nines, one nanosecond).
+func TestAppendSecondsIsStrconvs(t *testing.T) {
+	durs := []time.Duration{0, 1, 9, 10, 99, 100, 999_999_999, time.Second, time.Second + 1, 1_234_567_891,
+		exactSecondsBelow - 1, exactSecondsBelow, exactSecondsBelow + 1, 1<<53 - 1, 1 << 62, -1, -1_500_000_000, math.MaxInt64, math.MinInt64}
+	for p := time.Duration(1); p < exactSecondsBelow; p *= 10 {
+		durs = append(durs, p-1, p, p+1, 3*p, 7*p+1)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200_000 {
+		durs = append(durs, time.Duration(rng.Int64N(exactSecondsBelow)), time.Duration(rng.Int64N(1e10)), time.Duration(rng.Int64N(1e6)))
+	}
+	for _, d := range durs {
+		want := strconv.AppendFloat(nil, float64(d)/float64(time.Second), 'f', -1, 64)
+		if got := appendSeconds(nil, d); !bytes.Equal(got, want) {
+			t.Fatalf("appendSeconds(%d ns) = %s, strconv %s", int64(d), got, want)
+		}
+	}
+}
+
+// The sink's clock prints every time as time.RFC3339Nano does, whatever the order of the times:
+// within one second, across seconds, zones and a zone's offset change, years outside 0-9999.
+func TestLineClockIsRFC3339Nano(t *testing.T) {
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		ny = time.FixedZone("EST", -5*3600)
+	}
+	// 2026-03-08 07:00 UTC is 03:00 EDT: New York's offset changes at that second.
+	dst := time.Date(2026, 3, 8, 7, 0, 0, 0, time.UTC)
+	base := time.Date(2026, 12, 1, 11, 45, 0, 0, time.UTC)
+	var times []time.Time
+	for _, ns := range []int{0, 1, 10, 120_000_000, 123_456_789, 999_999_999, 500_000_000} {
+		times = append(times, base.Add(time.Duration(ns)), base.Add(time.Second+time.Duration(ns)))
+	}
+	times = append(times,
+		base.In(time.FixedZone("X", 5*3600+30*60)), base.Add(7).In(time.FixedZone("X", 5*3600+30*60)),
+		base.Add(7).In(time.FixedZone("Y", -(3*3600+15))), base.In(time.FixedZone("Z0", 0)),
+		dst.Add(-time.Nanosecond).In(ny), dst.Add(-time.Second).In(ny), dst.In(ny), dst.Add(1).In(ny),
+		time.Date(10000, 1, 1, 0, 0, 0, 5, time.UTC), time.Date(-1, 1, 1, 0, 0, 0, 5, time.UTC), base.Add(3),
+		time.Date(1969, 12, 31, 23, 59, 59, 999_000_000, time.UTC), time.Date(1969, 12, 31, 23, 59, 59, 1, time.UTC),
+		time.Now(), time.Now().Add(1500*time.Millisecond))
+	var clock lineClock
+	for i, tm := range times {
+		want := tm.AppendFormat(nil, time.RFC3339Nano)
+		if got := clock.appendTime(nil, tm); !bytes.Equal(got, want) {
+			t.Errorf("time %d: clock %s, time.Format %s", i, got, want)
+		}
+		if got := (*lineClock)(nil).appendTime(nil, tm); !bytes.Equal(got, want) {
+			t.Errorf("time %d: nil clock %s, time.Format %s", i, got, want)
+		}
 	}
 }
 

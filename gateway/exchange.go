@@ -107,7 +107,6 @@ type exchange struct {
 	elapsed   time.Duration // from start to finish, for the duration histogram and the access line
 	logFields [16]zap.Field // the access line's fields, reused (logAccess)
 	ipText    []byte        // the client IP as text, reused (logAccess)
-	line      []byte        // the access line, encoded by appendAccessLine, reused
 }
 
 // begin starts the exchange of a new request on this connection. A previous request that was
@@ -261,8 +260,7 @@ func (g *Gateway) logAccess(x *exchange) {
 		if fc.Enabled(zapcore.InfoLevel) {
 			// The clock read of finish (start + elapsed) is the line's time, as zap's Check
 			// would read it a few nanoseconds later.
-			x.line = appendAccessLine(x.line[:0], x.start.Add(x.elapsed), x)
-			_, _ = fc.sink.Write(x.line)
+			fc.sink.writeAccess(x.start.Add(x.elapsed), x)
 		}
 		return
 	}

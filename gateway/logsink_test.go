@@ -4,14 +4,20 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"toron/internal/testnet"
 )
 
 // lockedBuffer records what a LogSink writes, and how many writes it made.
@@ -150,4 +156,51 @@ func benchmarkAccessLine(b *testing.B, g *Gateway, x *exchange) {
 	for b.Loop() {
 		g.logAccess(x)
 	}
+}
+
+// BenchmarkAccessLineToFile is the access line of requests on two cores at once, each on its
+// own connection, through a sink writing to a file, as the binary does with its stderr
+// redirected: encoding, the sink's lock, and the write(2) of a full buffer into the page cache,
+// per line; for the binary's buffer size (LogBufferBytes) and others beside it.
+func BenchmarkAccessLineToFile(b *testing.B) {
+	for _, size := range []int{16 << 10, 64 << 10, LogBufferBytes, 1 << 20} {
+		b.Run(strconv.Itoa(size>>10)+"KiB", func(b *testing.B) { benchmarkAccessLineToFile(b, size) })
+	}
+}
+
+func benchmarkAccessLineToFile(b *testing.B, size int) {
+	f, err := os.Create(filepath.Join(b.TempDir(), "access.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	cfg := loadConfig(b, "", upstreamRoute("/api", "127.0.0.1:1", ""))
+	cfg.Log.Access = true
+	sink := NewLogSink(f, size, LogFlushInterval)
+	defer sink.Close()
+	g, err := New(cfg, zap.New(sink.JSONCore(zap.InfoLevel)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	xs := make([]*exchange, 8)
+	for i := range xs {
+		_, server := testnet.Pair(b)
+		cc := &clientConn{Conn: server}
+		x := &cc.x
+		x.conn, x.g, x.stats = cc, g, g.none
+		x.reqID = append(x.reqID[:0], "5f2a9c1e0b7d-1a2b"...)
+		x.method = append(x.method[:0], "GET"...)
+		x.path = append(x.path[:0], "/api/users/42"...)
+		x.status, x.bytesOut, x.start, x.elapsed = 200, 27, time.Now(), 180*time.Microsecond
+		xs[i] = x
+	}
+	var next atomic.Int32
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		x := xs[int(next.Add(1)-1)%len(xs)]
+		for pb.Next() {
+			g.logAccess(x)
+		}
+	})
 }
