@@ -159,9 +159,31 @@ func appendSeconds(b []byte, d time.Duration) []byte {
 // \n \r \t, other bytes below 0x20 as \u00XX, each byte of invalid UTF-8 as \ufffd, everything
 // else as it is (no HTML escaping).
 func appendJSONString[S []byte | string](b []byte, s S) []byte {
+	// Most values need no escape at all: one table lookup per byte, then one copy.
+	i := 0
+	for i < len(s) && jsonPlain[s[i]] {
+		i++
+	}
+	if i == len(s) {
+		return append(b, s...)
+	}
+	return appendJSONEscaped(b, s, i)
+}
+
+// jsonPlain marks the bytes zap writes as they are: printable ASCII but the quote and the
+// backslash.
+var jsonPlain = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// appendJSONEscaped is appendJSONString from byte i of s on, the bytes before it plain.
+func appendJSONEscaped[S []byte | string](b []byte, s S, i int) []byte {
 	const hex = "0123456789abcdef"
 	last := 0
-	for i := 0; i < len(s); {
+	for i < len(s) {
 		c := s[i]
 		if c >= utf8.RuneSelf {
 			var r rune
