@@ -322,15 +322,16 @@ func (g *Gateway) writeRejection(ctx *fasthttp.RequestCtx, x *exchange, r *rejec
 	ctx.Response.Header.SetStatusCode(r.status)
 	ctx.Response.Header.SetContentTypeBytes(contentTypeJSON)
 	ctx.Response.SetBodyRaw(r.body)
+	// The keys are canonical: SetCanonical skips SetBytesKV's copy and normalization.
 	if r.retryAfter {
-		ctx.Response.Header.SetBytesKV(headerRetryAfter, retryAfterSeconds)
+		ctx.Response.Header.SetCanonical(headerRetryAfter, retryAfterSeconds)
 	}
 	if r == rejRateLimited {
-		ctx.Response.Header.SetBytesKV(headerRetryAfter, x.retryAfter) // SPEC 17: until a token is back
+		ctx.Response.Header.SetCanonical(headerRetryAfter, x.retryAfter) // SPEC 17: until a token is back
 	}
 	writeAuthHeaders(ctx, x, r) // a challenge, Retry-After: 1, a relayed answer's headers (access.go)
 	if len(x.reqID) > 0 {
-		ctx.Response.Header.SetBytesKV(headerRequestID, x.reqID)
+		ctx.Response.Header.SetCanonical(headerRequestID, x.reqID)
 	}
 	if x.bodyAnnounced || closesConnection(r.status) {
 		ctx.SetConnectionClose()

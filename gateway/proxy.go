@@ -86,7 +86,7 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 	resp.Header.SetNoDefaultContentType(true)
 	up.CopyResponseHeaders(&ctx.Response.Header, &resp.Header)
 	ctx.Response.Header.SetStatusCode(resp.StatusCode())
-	ctx.Response.Header.SetBytesKV(headerRequestID, x.reqID)
+	ctx.Response.Header.SetCanonical(headerRequestID, x.reqID) // the key is canonical: no copy to normalize it
 	x.status = resp.StatusCode()
 	if bs := resp.BodyStream(); bs != nil && !resp.SkipBody {
 		x.rs.reset(x, bs)
@@ -238,13 +238,14 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 	}
 	buf = appendRemoteIP(buf, ctx)
 	x.xff = buf
-	out.SetBytesKV(hdrXForwardedFor, buf)
-	out.SetBytesKV(hdrXForwardedProto, g.proto)
+	// The keys are canonical: SetCanonical skips SetBytesKV's copy and normalization.
+	out.SetCanonical(hdrXForwardedFor, buf)
+	out.SetCanonical(hdrXForwardedProto, g.proto)
 	if len(host) > 0 {
-		out.SetBytesKV(hdrXForwardedHost, host)
+		out.SetCanonical(hdrXForwardedHost, host)
 	}
 	x.forwardIdentity(in, out) // SPEC 16: X-Real-IP; a trusted peer's X-Forwarded-Proto/Host
-	out.SetBytesKV(headerRequestID, x.reqID)
+	out.SetCanonical(headerRequestID, x.reqID)
 	x.route.setForwardedPrefix(out)
 }
 
