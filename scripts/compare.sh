@@ -296,4 +296,8 @@ echo "### Toron's ratios (access log on: level info, JSON to a file, $(wc -l <"$
 echo
 cat "$vs"
 echo
+echo
+# The access log's own cost (issue 32: at most 1.05x): Toron with it on against Toron with it off,
+# CPU per request, as the median of the per-round ratios and as the ratio of the medians.
+echo "access log on / off, Toron's CPU per request: median of the per-round ratios $(paired toron-log toron), ratio of the medians $(ratio "$(col toron-log 7)" "$(col toron 7)")"
 echo "per-round values: $raw; tables: $table, $vs"
