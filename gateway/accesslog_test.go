@@ -2,34 +2,15 @@ package gateway
 
 import (
 	"testing"
-	"time"
-
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest/observer"
 )
 
 func TestAccessLogLine(t *testing.T) {
 	up := startUpstream(t, nil)
-	cfg := loadConfig(t, "", upstreamRoute("/api", up.addr, "max_body_bytes: 10"))
-	cfg.Log.Access = true
-	core, logs := observer.New(zap.InfoLevel)
-	g, err := New(cfg, zap.New(core))
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := serveGateway(t, g)
+	addr, logs := startLoggedGateway(t, "", upstreamRoute("/api", up.addr, "max_body_bytes: 10"))
 	rawRequest(t, addr, "POST /api/a?q=1 HTTP/1.1\r\nHost: a\r\nX-Request-Id: rid-7\r\nContent-Length: 5\r\n\r\nhello")
 	rawRequest(t, addr, "POST /api/a HTTP/1.1\r\nHost: a\r\nContent-Length: 50\r\n\r\n")
 	rawRequest(t, addr, "GET /health HTTP/1.1\r\nHost: a\r\n\r\n")
-
-	deadline := time.Now().Add(5 * time.Second)
-	for logs.FilterMessage("request").Len() < 2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	entries := logs.FilterMessage("request").All()
-	if len(entries) != 2 {
-		t.Fatalf("%d access lines, want 2 (health is not logged)", len(entries))
-	}
+	entries := accessLines(t, logs, 2) // health is not logged
 	first := entries[0].ContextMap()
 	want := map[string]any{
 		"request_id": "rid-7", "route": "/api", "method": "POST", "path": "/api/a",

@@ -4,10 +4,6 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
-	"time"
-
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest/observer"
 )
 
 func TestClientFromXFF(t *testing.T) {
@@ -126,25 +122,11 @@ func TestForwardedHeadersWithoutTrustedProxies(t *testing.T) {
 
 func TestAccessLogClientIP(t *testing.T) {
 	up := startUpstream(t, nil)
-	cfg := loadConfig(t, "trusted_proxies: [127.0.0.0/8]\n", upstreamRoute("/api", up.addr, ""))
-	cfg.Log.Access = true
-	core, logs := observer.New(zap.InfoLevel)
-	g, err := New(cfg, zap.New(core))
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := serveGateway(t, g)
+	addr, logs := startLoggedGateway(t, "trusted_proxies: [127.0.0.0/8]\n", upstreamRoute("/api", up.addr, ""))
 	rawRequest(t, addr, "GET /api/a HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 2001:db8::7\r\n\r\n")
 	rawRequest(t, addr, "GET /nowhere HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 198.51.100.1\r\n\r\n")
 	rawRequest(t, addr, "GET /api/a HTTP/1.1\r\nHost: a\r\nBad Header: x\r\n\r\n")
-	deadline := time.Now().Add(5 * time.Second)
-	for logs.FilterMessage("request").Len() < 3 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	entries := logs.FilterMessage("request").All()
-	if len(entries) != 3 {
-		t.Fatalf("%d access lines, want 3", len(entries))
-	}
+	entries := accessLines(t, logs, 3)
 	for i, want := range []string{"2001:db8::7", "198.51.100.1", "127.0.0.1"} {
 		if got := entries[i].ContextMap()["client_ip"]; got != want {
 			t.Errorf("line %d: client_ip %v, want %s", i, got, want)

@@ -16,8 +16,10 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"toron/conf"
+	"toron/internal/testnet"
 	"toron/socket"
 )
 
@@ -269,4 +271,30 @@ func readRawResponse(t *testing.T, c net.Conn, method string) rawResponse {
 // upstreamRoute is a minimal routes.yaml entry pointing at addr.
 func upstreamRoute(prefix, addr, extra string) string {
 	return fmt.Sprintf("- type: upstream\n  prefix: %s\n  target: http://%s\n%s", prefix, addr, indent(extra, "  "))
+}
+
+// startLoggedGateway is startGateway with the access log on, recorded: the lines it writes
+// are in the returned logs (accessLines waits for them).
+func startLoggedGateway(t *testing.T, serverYAML, routesYAML string) (string, *observer.ObservedLogs) {
+	t.Helper()
+	cfg := loadConfig(t, serverYAML, routesYAML)
+	cfg.Log.Access = true
+	core, logs := observer.New(zap.InfoLevel)
+	g, err := New(cfg, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveGateway(t, g), logs
+}
+
+// accessLines waits up to 5 s for n access lines and returns them; a count other than n fails
+// the test.
+func accessLines(t *testing.T, logs *observer.ObservedLogs, n int) []observer.LoggedEntry {
+	t.Helper()
+	testnet.WaitUntil(5*time.Second, func() bool { return logs.FilterMessage(AccessLogMessage).Len() >= n })
+	entries := logs.FilterMessage(AccessLogMessage).All()
+	if len(entries) != n {
+		t.Fatalf("%d access lines, want %d", len(entries), n)
+	}
+	return entries
 }

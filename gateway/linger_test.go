@@ -143,26 +143,11 @@ func armFault(t *testing.T, at string) {
 // connection (SO_LINGER 0): an upstream that dies mid-upload.
 func startResettingUpstream(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				// Reset as soon as the request begins: the gateway has most of the client's
-				// 200 KiB still unread when its write fails.
-				var buf [1]byte
-				_, _ = c.Read(buf[:])
-				c.(*net.TCPConn).SetLinger(0)
-				c.Close()
-			}()
-		}
-	}()
-	return ln.Addr().String()
+	return startScriptedUpstream(t, func(c net.Conn, _ *bufio.Reader) {
+		// Reset as soon as the request begins: the gateway has most of the client's
+		// 200 KiB still unread when its write fails.
+		var buf [1]byte
+		_, _ = c.Read(buf[:])
+		_ = c.(*net.TCPConn).SetLinger(0)
+	})
 }

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -207,37 +206,18 @@ func startStaleUpstream(t *testing.T) (addr string, served func() int) {
 // while hold runs, then closes it without announcing it. served counts the requests answered.
 func startOneShotUpstream(t *testing.T, hold func()) (addr string, served func() int) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var n atomic.Int64
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				buf := make([]byte, 4096)
-				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-				if _, err := c.Read(buf); err != nil {
-					return
-				}
-				n.Add(1)
-				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-				hold()
-			}()
+	addr = startScriptedUpstream(t, func(c net.Conn, _ *bufio.Reader) {
+		buf := make([]byte, 4096)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(buf); err != nil {
+			return
 		}
-	}()
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	return ln.Addr().String(), func() int { return int(n.Load()) }
+		n.Add(1)
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		hold()
+	})
+	return addr, func() int { return int(n.Load()) }
 }
 
 // TestStaleKeepAliveRetried: a reused keep-alive connection whose first write fails (nothing of
@@ -434,28 +414,13 @@ func TestOptionsAsteriskForwarded(t *testing.T) {
 // headers closed the connection before its response headers, as the README's table says, and
 // is not "a response that could not be read".
 func TestUpstreamClosingInsideItsHeaders(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			buf := make([]byte, 4096)
-			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-			_, _ = c.Read(buf)
-			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Le")
-			c.Close()
-		}
-	}()
-	gw := startGateway(t, "", upstreamRoute("/", ln.Addr().String(), ""))
+	addr := startScriptedUpstream(t, func(c net.Conn, _ *bufio.Reader) {
+		buf := make([]byte, 4096)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, _ = c.Read(buf)
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Le")
+	})
+	gw := startGateway(t, "", upstreamRoute("/", addr, ""))
 	resp := rawRequest(t, gw.addr, "GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
 	want := `{"error":"502 Bad Gateway: upstream closed the connection before its response headers"}`
 	if resp.StatusCode != 502 || string(resp.body) != want {

@@ -290,32 +290,9 @@ func TestUpstreamTLS(t *testing.T) {
 // An upstream that accepts TCP and never answers the ClientHello is a 502 within
 // connect_timeout, not a request stuck forever (fasthttp issue #2237).
 func TestUpstreamTLSHandshakeTimeout(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	var mu sync.Mutex
-	var held []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			held = append(held, c)
-			mu.Unlock()
-		}
-	}()
-	defer func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range held {
-			c.Close()
-		}
-	}()
-	gw := startGateway(t, "", fmt.Sprintf("- type: upstream\n  prefix: /\n  target: https://%s\n  connect_timeout: 1s\n  tls_insecure_skip_verify: true\n", ln.Addr()))
+	// The ClientHello is read and never answered; the connection stays open until the test ends.
+	addr := startScriptedUpstream(t, func(c net.Conn, br *bufio.Reader) { _, _ = io.Copy(io.Discard, br) })
+	gw := startGateway(t, "", fmt.Sprintf("- type: upstream\n  prefix: /\n  target: https://%s\n  connect_timeout: 1s\n  tls_insecure_skip_verify: true\n", addr))
 	start := time.Now()
 	rr := rawRequest(t, gw.addr, "GET / HTTP/1.1\r\nHost: gw.test\r\n\r\n")
 	if d := time.Since(start); rr.StatusCode != 502 || d < 900*time.Millisecond || d > 6*time.Second {
