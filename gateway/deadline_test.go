@@ -382,13 +382,11 @@ func TestHeaderTimeoutDuration(t *testing.T) {
 	}
 }
 
-// TestSteadyUpstreamReaderBehindFullBufferNotCut: the same rule upstream: an upstream that reads
-// a large body slowly but steadily behind a full send buffer has not stopped reading.
-func TestSteadyUpstreamReaderBehindFullBufferNotCut(t *testing.T) {
-	t.Parallel()
-	const size = 8 << 20
-	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		buf := make([]byte, 32<<10)
+// steadyReader is an upstream handler that reads the body bufBytes at a time with a pause
+// after each read, and answers the byte count.
+func steadyReader(bufBytes int, pause time.Duration) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		buf := make([]byte, bufBytes)
 		n := 0
 		for {
 			m, err := r.Body.Read(buf)
@@ -396,10 +394,19 @@ func TestSteadyUpstreamReaderBehindFullBufferNotCut(t *testing.T) {
 			if err != nil {
 				break
 			}
-			time.Sleep(30 * time.Millisecond) // at most about 1 MB/s: longer than the window per drained half buffer
+			time.Sleep(pause)
 		}
 		fmt.Fprint(w, n)
-	})
+	}
+}
+
+// TestSteadyUpstreamReaderBehindFullBufferNotCut: the same rule upstream: an upstream that reads
+// a large body slowly but steadily behind a full send buffer has not stopped reading.
+func TestSteadyUpstreamReaderBehindFullBufferNotCut(t *testing.T) {
+	t.Parallel()
+	const size = 8 << 20
+	// At most about 1 MB/s: longer than the window per drained half buffer.
+	up := startUpstream(t, steadyReader(32<<10, 30*time.Millisecond))
 	gw := startGateway(t, "", upstreamRoute("/up", up.addr, "max_body_bytes: 64MiB\nwrite_timeout: 1s\nread_timeout: 30s"))
 	resp, err := http.Post("http://"+gw.addr+"/up/x", "application/octet-stream", strings.NewReader(strings.Repeat("s", size)))
 	if err != nil {

@@ -12,6 +12,21 @@ import (
 )
 
 // scrape returns /metrics as a map from series (name{labels}) to value.
+// checkSeries reports every series of want that m lacks or holds with another value.
+func checkSeries(t *testing.T, m, want map[string]float64) {
+	t.Helper()
+	for k, v := range want {
+		got, ok := m[k]
+		if !ok {
+			t.Errorf("missing series %s", k)
+			continue
+		}
+		if got != v {
+			t.Errorf("%s = %v, want %v", k, got, v)
+		}
+	}
+}
+
 func scrape(t *testing.T, addr string) map[string]float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
@@ -85,16 +100,7 @@ func TestMetricsAfterScriptedMix(t *testing.T) {
 		`toron_config_reloads_total`:                                  0,
 		`toron_config_reload_errors_total`:                            0,
 	}
-	for k, v := range want {
-		got, ok := m[k]
-		if !ok {
-			t.Errorf("missing series %s", k)
-			continue
-		}
-		if got != v {
-			t.Errorf("%s = %v, want %v", k, got, v)
-		}
-	}
+	checkSeries(t, m, want)
 	if m["toron_connections_open"] < 1 {
 		t.Errorf("toron_connections_open = %v while scraping", m["toron_connections_open"])
 	}

@@ -385,19 +385,7 @@ func TestTLSSteadyUpstreamReaderBehindFullBufferNotCut(t *testing.T) {
 	const size = 8 << 20
 	pki := testnet.NewCA(t)
 	upCert, _, _ := pki.IssueFiles(t, "up", "127.0.0.1")
-	addr := startTLSUpstream(t, upCert, func(w http.ResponseWriter, r *http.Request) {
-		buf := make([]byte, 16<<10)
-		n := 0
-		for {
-			m, err := r.Body.Read(buf)
-			n += m
-			if err != nil {
-				break
-			}
-			time.Sleep(15 * time.Millisecond) // at most about 1 MB/s
-		}
-		fmt.Fprint(w, n)
-	})
+	addr := startTLSUpstream(t, upCert, steadyReader(16<<10, 15*time.Millisecond)) // at most about 1 MB/s
 	gw := startGateway(t, "", fmt.Sprintf("- type: upstream\n  prefix: /up\n  target: https://%s\n  tls_ca_file: %s\n  max_body_bytes: 64MiB\n  write_timeout: 500ms\n  read_timeout: 30s\n", addr, pki.CAFile))
 	resp, err := http.Post("http://"+gw.addr+"/up/x", "application/octet-stream", strings.NewReader(strings.Repeat("s", size)))
 	if err != nil {
