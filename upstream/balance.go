@@ -5,17 +5,18 @@ import (
 	"math/rand/v2"
 )
 
-// The three balancers of SPEC 13, each one pass or three over the route's targets (a handful),
+// The four balancers of SPEC 13, each one pass or three over the route's targets (a handful),
 // without allocation. Candidates are the targets not excluded and, outside panic mode,
 // eligible; the caller handles the one-target route.
 
-// pickP2C draws two different candidates at random, weighted, and returns the one with fewer
-// requests in flight, a tie at random: sequential traffic is all ties, so even one client is
-// spread over the targets.
-func (s *Set) pickP2C(now int64, exclude []*Target, all bool) *Target {
+// pickTwo draws two different candidates at random, weighted, and returns the cheaper: by
+// peak-EWMA cost (p2c, ewma.go) when latency is set, else by requests in flight
+// (least_request); an exact tie at random, so sequential traffic, all ties, is spread over the
+// targets even from one client.
+func (s *Set) pickTwo(ts []*Target, now int64, exclude []*Target, all, latency bool) *Target {
 	total, n := 0, 0
 	var only *Target
-	for _, t := range s.targets {
+	for _, t := range ts {
 		if t.candidate(now, exclude, all) {
 			total += t.weight
 			n++
@@ -28,19 +29,24 @@ func (s *Set) pickP2C(now int64, exclude []*Target, all bool) *Target {
 	case 1:
 		return only
 	}
-	a := s.drawWeighted(now, exclude, all, nil, total)
+	a := drawWeighted(ts, now, exclude, all, nil, total)
 	if a == nil {
 		return only // every candidate changed state between the passes
 	}
-	b := s.drawWeighted(now, exclude, all, a, total-a.weight)
+	b := drawWeighted(ts, now, exclude, all, a, total-a.weight)
 	if b == nil {
 		return a
 	}
-	ia, ib := a.st.inflight.Load(), b.st.inflight.Load()
+	var ca, cb float64
+	if latency {
+		ca, cb = a.cost(now), b.cost(now)
+	} else {
+		ca, cb = float64(a.st.inflight.Load()), float64(b.st.inflight.Load())
+	}
 	switch {
-	case ia < ib:
+	case ca < cb:
 		return a
-	case ib < ia:
+	case cb < ca:
 		return b
 	case rand.Uint32()&1 == 0:
 		return a
@@ -50,13 +56,13 @@ func (s *Set) pickP2C(now int64, exclude []*Target, all bool) *Target {
 
 // drawWeighted returns a candidate other than skip, each with probability weight/total, where
 // total is the sum of the weights of those candidates.
-func (s *Set) drawWeighted(now int64, exclude []*Target, all bool, skip *Target, total int) *Target {
+func drawWeighted(ts []*Target, now int64, exclude []*Target, all bool, skip *Target, total int) *Target {
 	if total <= 0 {
 		return nil
 	}
 	r := int(rand.Uint64N(uint64(total)))
 	var last *Target
-	for _, t := range s.targets {
+	for _, t := range ts {
 		if t == skip || !t.candidate(now, exclude, all) {
 			continue
 		}
@@ -74,12 +80,12 @@ func (s *Set) drawWeighted(now int64, exclude []*Target, all bool, skip *Target,
 // pickRoundRobin is nginx's smooth weighted round robin: every candidate's current weight grows
 // by its weight, the largest is picked and loses the total. Over total consecutive picks each
 // target is picked exactly weight times, spread out (5,1,1 gives a a b a c a a, not a×5 b c).
-func (s *Set) pickRoundRobin(now int64, exclude []*Target, all bool) *Target {
+func (s *Set) pickRoundRobin(ts []*Target, now int64, exclude []*Target, all bool) *Target {
 	s.rrMu.Lock()
 	defer s.rrMu.Unlock()
 	total := 0
 	var best *Target
-	for _, t := range s.targets {
+	for _, t := range ts {
 		if !t.candidate(now, exclude, all) {
 			continue
 		}
@@ -99,7 +105,7 @@ func (s *Set) pickRoundRobin(now int64, exclude []*Target, all bool) *Target {
 // candidate scores weight / -ln(u), u in (0,1) a hash of the client IP and the target, and the
 // highest score wins. A client's scores do not depend on the other targets, so a target that
 // leaves moves only the clients it had, and one that comes back takes back only those.
-func (s *Set) pickHash(now int64, clientIP []byte, exclude []*Target, all bool) *Target {
+func (s *Set) pickHash(ts []*Target, now int64, clientIP []byte, exclude []*Target, all bool) *Target {
 	if len(clientIP) == 16 && isV4Mapped(clientIP) {
 		clientIP = clientIP[12:]
 	}
@@ -110,7 +116,7 @@ func (s *Set) pickHash(now int64, clientIP []byte, exclude []*Target, all bool) 
 	}
 	var best *Target
 	bestScore := math.Inf(-1)
-	for _, t := range s.targets {
+	for _, t := range ts {
 		if !t.candidate(now, exclude, all) {
 			continue
 		}

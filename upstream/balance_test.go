@@ -34,7 +34,13 @@ func pickDone(s *Set, ip []byte, exclude ...*Target) *Target {
 }
 
 func TestP2CSpreadsSequentialTraffic(t *testing.T) {
-	s := newTestSet(t, P2C, 1, 1, 1)
+	for _, b := range []Balance{P2C, LeastRequest} {
+		t.Run(b.String(), func(t *testing.T) { testSpreadsSequentialTraffic(t, b) })
+	}
+}
+
+func testSpreadsSequentialTraffic(t *testing.T, b Balance) {
+	s := newTestSet(t, b, 1, 1, 1)
 	const n = 3000
 	got := map[string]int{}
 	for range n {
@@ -43,13 +49,21 @@ func TestP2CSpreadsSequentialTraffic(t *testing.T) {
 	for _, tg := range s.Targets() {
 		share := float64(got[tg.Addr()]) / n
 		if share < 0.15 || share > 0.55 {
-			t.Errorf("p2c: %s served %.0f%% of sequential requests, want 15-55%% (all: %v)", tg.Addr(), 100*share, got)
+			t.Errorf("%s: %s served %.0f%% of sequential requests, want 15-55%% (all: %v)", b, tg.Addr(), 100*share, got)
 		}
 	}
 }
 
 func TestP2CPrefersFewerInFlight(t *testing.T) {
-	s := newTestSet(t, P2C, 1, 1)
+	for _, b := range []Balance{P2C, LeastRequest} {
+		t.Run(b.String(), func(t *testing.T) { testPrefersFewerInFlight(t, b) })
+	}
+}
+
+// testPrefersFewerInFlight: without samples (p2c) as by its rule (least_request), a busy
+// target loses to an idle one.
+func testPrefersFewerInFlight(t *testing.T, b Balance) {
+	s := newTestSet(t, b, 1, 1)
 	// Hold 5 requests on t0: every pick of two (there are only two) must choose t1.
 	busy := s.Targets()[0]
 	for range 5 {
@@ -64,9 +78,15 @@ func TestP2CPrefersFewerInFlight(t *testing.T) {
 }
 
 func TestP2CHonoursWeights(t *testing.T) {
+	for _, b := range []Balance{P2C, LeastRequest} {
+		t.Run(b.String(), func(t *testing.T) { testHonoursWeights(t, b) })
+	}
+}
+
+func testHonoursWeights(t *testing.T, b Balance) {
 	// With three targets the weights decide which pairs are drawn: t0 (8 of 10) is in almost
 	// every pair, and sequential traffic breaks the tie at random.
-	s := newTestSet(t, P2C, 8, 1, 1)
+	s := newTestSet(t, b, 8, 1, 1)
 	got := map[string]int{}
 	for range 3000 {
 		got[pickDone(s, nil).Addr()]++
@@ -210,7 +230,7 @@ func TestClientIPHashRemovalMovesOnlyItsClients(t *testing.T) {
 }
 
 func TestPickExcludesTriedTargets(t *testing.T) {
-	for _, b := range []Balance{P2C, RoundRobin, ClientIPHash} {
+	for _, b := range []Balance{P2C, LeastRequest, RoundRobin, ClientIPHash} {
 		t.Run(b.String(), func(t *testing.T) {
 			s := newTestSet(t, b, 1, 1, 1)
 			ip := []byte{10, 0, 0, 1}
@@ -321,7 +341,7 @@ func scrape(ms *metrics.Set) string {
 
 func TestPickDoesNotAllocate(t *testing.T) {
 	ip := []byte{192, 0, 2, 7}
-	for _, b := range []Balance{P2C, RoundRobin, ClientIPHash} {
+	for _, b := range []Balance{P2C, LeastRequest, RoundRobin, ClientIPHash} {
 		s := newTestSet(t, b, 1, 2, 3)
 		tried := [MaxRetries + 1]*Target{}
 		n := testing.AllocsPerRun(1000, func() {

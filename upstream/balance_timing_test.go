@@ -3,13 +3,14 @@ package upstream
 import (
 	"fmt"
 	"testing"
+	"time"
 )
 
-// BenchmarkPick measures one Pick and its Done per balancer over 1 and 3 targets: the cost the
+// BenchmarkPick measures one Pick, its Observe and its Done per balancer over 1 and 3 targets: the cost the
 // request path adds per attempt.
 func BenchmarkPick(b *testing.B) {
 	ip := []byte{192, 0, 2, 7}
-	for _, bal := range []Balance{P2C, RoundRobin, ClientIPHash} {
+	for _, bal := range []Balance{P2C, LeastRequest, RoundRobin, ClientIPHash} {
 		for _, n := range []int{1, 3} {
 			cfg := Config{Route: "r", Balance: bal}
 			for i := range n {
@@ -23,7 +24,9 @@ func BenchmarkPick(b *testing.B) {
 				b.ReportAllocs()
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
-						s.Pick(ip).Done(Success, 200)
+						t := s.Pick(ip)
+						t.Observe(time.Millisecond, Success)
+						t.Done(Success, 200)
 					}
 				})
 			})

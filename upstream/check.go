@@ -3,6 +3,7 @@ package upstream
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"math/rand/v2"
@@ -35,7 +36,7 @@ type checkParams struct {
 }
 
 // newCheckParams precomputes the check request and the TLS settings of a target.
-func newCheckParams(addr string, c *CheckConfig) *checkParams {
+func newCheckParams(addr, serverName string, c *CheckConfig) *checkParams {
 	p := &checkParams{
 		interval:  c.Interval,
 		timeout:   c.Timeout,
@@ -51,7 +52,7 @@ func newCheckParams(addr string, c *CheckConfig) *checkParams {
 		p.tls = c.TLS.Clone()
 		if p.tls.ServerName == "" {
 			host, _, _ := net.SplitHostPort(addr)
-			p.tls.ServerName = host
+			p.tls.ServerName = cmp.Or(serverName, host)
 		}
 	}
 	// Connection: close: a check is one request, and the upstream frees its side at once.
@@ -61,7 +62,7 @@ func newCheckParams(addr string, c *CheckConfig) *checkParams {
 
 // startOrUpdateChecker starts the target's checker, or gives the running one new parameters.
 func (st *state) startOrUpdateChecker(c *CheckConfig) {
-	p := newCheckParams(st.addr, c)
+	p := newCheckParams(st.addr, st.serverName, c)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.checker != nil {

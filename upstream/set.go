@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,8 +28,9 @@ type Balance uint8
 
 // The algorithms of SPEC 13.
 const (
-	// P2C draws two different eligible targets at random, weighted, and picks the one with fewer
-	// requests in flight; a tie goes to either at random.
+	// P2C is latency-aware power of two choices (peak EWMA, ewma.go): it draws two different
+	// eligible targets at random, weighted, and picks the one of lower cost, est·(inflight+1)
+	// / weight; an exact tie goes to either at random.
 	P2C Balance = iota
 	// RoundRobin is smooth weighted round robin (nginx's): over any sum-of-weights consecutive
 	// picks each target is picked exactly its weight times, interleaved.
@@ -37,12 +39,17 @@ const (
 	// the eligible targets: a client sticks to its target, and a target that leaves or comes
 	// back moves only its own clients.
 	ClientIPHash
+	// LeastRequest draws two different eligible targets at random, weighted, and picks the one
+	// with fewer requests in flight; a tie goes to either at random. For routes whose requests
+	// are long uploads or downloads, where time measures size, not health.
+	LeastRequest
 )
 
 // balanceNames are the config spellings, indexed by Balance.
-var balanceNames = [...]string{P2C: "p2c", RoundRobin: "round_robin", ClientIPHash: "client_ip_hash"}
+var balanceNames = [...]string{P2C: "p2c", RoundRobin: "round_robin", ClientIPHash: "client_ip_hash", LeastRequest: "least_request"}
 
-// String returns the config spelling: "p2c", "round_robin" or "client_ip_hash".
+// String returns the config spelling: "p2c", "least_request", "round_robin" or
+// "client_ip_hash".
 func (b Balance) String() string {
 	if int(b) < len(balanceNames) {
 		return balanceNames[b]
@@ -57,7 +64,7 @@ func ParseBalance(s string) (Balance, error) {
 			return Balance(i), nil
 		}
 	}
-	return 0, fmt.Errorf("upstream: unknown balance %q: must be p2c, round_robin or client_ip_hash", s)
+	return 0, fmt.Errorf("upstream: unknown balance %q: must be p2c, least_request, round_robin or client_ip_hash", s)
 }
 
 // Outcome is what one attempt on a target tells about the target's health (SPEC 13).
@@ -102,8 +109,14 @@ type TargetConfig struct {
 	// Addr is the target's host:port, as dialed and as its metrics label. A host name is
 	// resolved at dial time (see Resolver).
 	Addr string
-	// Weight is the target's share of the traffic, MinWeight..MaxWeight; 0 means 1.
+	// Weight is the target's share of the traffic, MinWeight..MaxWeight; 0 means 1. A
+	// discovered entry gives it to each of its addresses.
 	Weight int
+	// Discover makes the entry a DNS name standing for one target per address (SPEC 13 DNS
+	// discovery): Addr's host is resolved through Config.Lookup at NewSet and every
+	// Config.DiscoveryRefresh, and each address ip:port is a target of its own (pool, health,
+	// peak-EWMA state, metrics), whose ServerName is Addr's host.
+	Discover bool
 }
 
 // PassiveConfig is passive health (SPEC 13 passive_health). The zero value turns it off.
@@ -209,21 +222,39 @@ type Config struct {
 	// episodes. It runs on the request path or a checker goroutine: it must not block (log and
 	// return).
 	OnEvent func(Event)
+	// LatencyDecay is peak EWMA's time constant (SPEC 13 latency_decay); 0 means
+	// DefaultLatencyDecay.
+	LatencyDecay time.Duration
+	// DiscoveryRefresh is the time between two lookups of a discovered entry (SPEC 13
+	// discovery_refresh); 0 means DefaultDiscoveryRefresh.
+	DiscoveryRefresh time.Duration
+	// Lookup resolves the names of Discover entries; nil is the system's resolver (see
+	// NewDNSLookup for server.resolver).
+	Lookup LookupFunc
+	// OnTarget, when not nil, is called for every target the Set adds that has no attached
+	// value yet (a new target at NewSet, an address discovery found), before Pick can return
+	// it: the place to Attach its connection pool. It runs under the Set's discovery lock, on
+	// NewSet's goroutine or a discovery goroutine: it must not call the Set.
+	OnTarget func(*Target)
 }
 
-// Set is one route's targets and balancer. Pick and Target.Done are safe for concurrent use
-// and do not allocate; NewSet (reload) and Close are called by one goroutine at a time.
+// Set is one route's targets and balancer. Pick, Target.Observe and Target.Done are safe for
+// concurrent use and do not allocate; NewSet (reload) and Close are called by one goroutine at
+// a time. The targets are an immutable view swapped whole when DNS discovery changes them, so
+// a Pick reads one consistent list with one atomic load.
 type Set struct {
 	route   string
 	balance Balance
 	passive PassiveConfig
 	retries int
-	targets []*Target
 	metrics *metrics.Set
 	clock   func() time.Time
 	onEvent func(Event)
-	// maxEjected is floor(len(targets) × MaxEjectedPercent / 100), at most len(targets)-1.
-	maxEjected int
+	// decay is latency_decay in nanoseconds.
+	decay float64
+
+	// cur is the targets Pick chooses among.
+	cur atomic.Pointer[view]
 
 	// rrMu guards the round-robin weights (Target.current).
 	rrMu sync.Mutex
@@ -233,12 +264,35 @@ type Set struct {
 	// panicking is true during a panic episode (no target eligible).
 	panicking atomic.Bool
 
+	// viewMu serializes changes of cur (NewSet, discovery, Close) and guards the discoverers'
+	// answers; the Pick path never takes it.
+	viewMu sync.Mutex
+	// entries are the configured targets, static and discovered, in order.
+	entries []*entry
+	check   *CheckConfig
+	// onTarget is Config.OnTarget.
+	onTarget func(*Target)
+
 	retriesTotal *metrics.Counter
 	retriesName  string
+	// discoveryErrors is toron_upstream_discovery_errors_total{route}; shared is the route's
+	// gauge state, handed from Set to Set across reloads.
+	discoveryErrors *metrics.Counter
+	shared          *routeShared
 
 	// closed is set by Close or when a newer Set took this one's targets over.
 	closed bool
 }
+
+// view is one immutable list of a Set's targets.
+type view struct {
+	targets []*Target
+	// maxEjected is floor(len(targets) × MaxEjectedPercent / 100), at most len(targets)-1.
+	maxEjected int
+}
+
+// targets returns the current targets.
+func (s *Set) targetsNow() []*Target { return s.cur.Load().targets }
 
 // epoch anchors the int64 times of passive health; Sub keeps the monotonic clock of time.Now.
 var epoch = time.Now()
@@ -246,24 +300,37 @@ var epoch = time.Now()
 // errNoTargets is a Config without targets (conf refuses it first).
 var errNoTargets = errors.New("upstream: a route needs at least one target")
 
+// ErrNoTarget is a route that has no target at the moment: its discovered names resolved to
+// no address (SPEC 13: 503 "No upstream target", reason no_target). Pick returns nil with
+// nothing excluded only then.
+var ErrNoTarget = errors.New("upstream: no upstream target")
+
 // NewSet builds a route's Set. When prev is the serving Set of the same route name (a reload),
 // the targets that stay (same host:port) keep their state (in-flight count, passive counters
-// and ejection, active-check state and checker, metrics, attached value), the targets that go
-// are stopped (checker ended, metrics unregistered, attached value closed), and prev is handed
-// over: its Close becomes a no-op. A prev of another route name is ignored (Close it yourself).
-// On an error prev is untouched.
+// and ejection, active-check state and checker, peak-EWMA estimate, metrics, attached value),
+// the targets that go are stopped (checker ended, metrics unregistered, attached value
+// closed), and prev is handed over: its discovery stops and its Close becomes a no-op. A prev
+// of another route name is ignored (Close it yourself). On an error prev is untouched.
+//
+// A discovered entry is resolved here (the lookups of all entries at once, for at most
+// startLookupTimeout) unless prev had the same entry (same host:port): then its addresses are
+// taken over and looked up again at once by the entry's discovery goroutine. A name that does
+// not resolve is not an error: the entry has no address until it does.
 func NewSet(cfg Config, prev *Set) (*Set, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	s := &Set{
-		route:   cfg.Route,
-		balance: cfg.Balance,
-		passive: cfg.Passive,
-		retries: min(cfg.Retries, len(cfg.Targets)-1),
-		metrics: cfg.Metrics,
-		clock:   cfg.Clock,
-		onEvent: cfg.OnEvent,
+		route:    cfg.Route,
+		balance:  cfg.Balance,
+		passive:  cfg.Passive,
+		retries:  min(cfg.Retries, MaxRetries),
+		metrics:  cfg.Metrics,
+		clock:    cfg.Clock,
+		onEvent:  cfg.OnEvent,
+		decay:    float64(cfg.LatencyDecay),
+		check:    cfg.Check,
+		onTarget: cfg.OnTarget,
 	}
 	if s.metrics == nil {
 		s.metrics = metrics.NewSet()
@@ -271,50 +338,176 @@ func NewSet(cfg Config, prev *Set) (*Set, error) {
 	if s.clock == nil {
 		s.clock = time.Now
 	}
+	if s.decay <= 0 {
+		s.decay = float64(DefaultLatencyDecay)
+	}
 	if s.passive.MaxEjectTime < s.passive.EjectTime {
 		s.passive.MaxEjectTime = s.passive.EjectTime
 	}
-	n := len(cfg.Targets)
-	s.maxEjected = min(n*max(cfg.Passive.MaxEjectedPercent, 0)/100, n-1)
+	s.cur.Store(&view{})
 
+	handover := prev != nil && !prev.closed && prev.route == cfg.Route
 	var kept map[string]*state
-	if prev != nil && !prev.closed && prev.route == cfg.Route {
-		kept = make(map[string]*state, len(prev.targets))
-		for _, t := range prev.targets {
+	prevEntries := map[string]*entry{}
+	if handover {
+		// Stop prev's discovery first, so that its targets stay as they are while they are
+		// taken over.
+		prev.stopDiscovery()
+		kept = make(map[string]*state)
+		for _, t := range prev.targetsNow() {
 			kept[t.st.addr] = t.st
 		}
+		for _, e := range prev.entries {
+			if e.disc != nil {
+				prevEntries[e.addr] = e
+			}
+		}
+		s.shared = prev.shared
+	} else {
+		s.shared = newRouteShared(cfg.Route, s.metrics)
 	}
 	s.retriesName = metricRetries + `{route=` + quoteLabel(cfg.Route) + `}`
 	s.retriesTotal = s.metrics.GetOrCreateCounter(s.retriesName)
+	s.discoveryErrors = s.metrics.GetOrCreateCounter(s.shared.errorsName)
 
-	s.targets = make([]*Target, n)
-	for i, tc := range cfg.Targets {
-		st := kept[tc.Addr]
-		if st != nil {
-			delete(kept, tc.Addr)
-		} else {
-			st = newState(tc.Addr, cfg.Route, s.metrics)
+	refresh := cfg.DiscoveryRefresh
+	if refresh <= 0 {
+		refresh = DefaultDiscoveryRefresh
+	}
+	lookup := cfg.Lookup
+	if lookup == nil {
+		lookup = NewDNSLookup("")
+	}
+	var fresh []*entry
+	for _, tc := range cfg.Targets {
+		e := &entry{addr: tc.Addr, weight: max(tc.Weight, 1)}
+		if tc.Discover {
+			e.disc = newDiscoverer(s, tc.Addr, lookup, refresh)
+			if p := prevEntries[tc.Addr]; p != nil {
+				e.disc.addrs, e.disc.emptyOnce = p.disc.addrs, p.disc.emptyOnce
+				e.disc.again = true
+			} else {
+				fresh = append(fresh, e)
+			}
 		}
-		s.targets[i] = &Target{st: st, set: s, weight: max(tc.Weight, 1), seed: mix64(hashString(tc.Addr))}
+		s.entries = append(s.entries, e)
 	}
-	for _, t := range s.targets {
-		t.st.owner.Store(s)
-	}
-	if prev != nil && kept != nil {
+	s.initialLookups(fresh)
+
+	s.viewMu.Lock()
+	s.rebuildLocked(kept, false)
+	s.viewMu.Unlock()
+	s.shared.serving.Store(s)
+	if handover {
 		// Targets that went away: nothing picks them any more.
 		for _, st := range kept {
 			st.retire()
 		}
 		prev.closed = true
 	}
-	for _, t := range s.targets {
+	for _, t := range s.targetsNow() {
 		if cfg.Check != nil {
 			t.st.startOrUpdateChecker(cfg.Check)
 		} else {
 			t.st.stopChecker()
 		}
 	}
+	for _, e := range s.entries {
+		if e.disc != nil {
+			e.disc.start()
+		}
+	}
 	return s, nil
+}
+
+// entry is one configured target: a host:port, or a discovered name standing for the
+// addresses its discoverer last applied.
+type entry struct {
+	addr   string
+	weight int
+	disc   *discoverer
+}
+
+// rebuildLocked makes the view of the entries' current addresses: a target already in the
+// view stays as it is, one whose state is in kept (the previous Set's, on a reload) takes it
+// over (and leaves kept), others are new. An address given by two entries is the first one's.
+// Targets of the view that are no longer wanted are retired once the new view is published,
+// so nothing picks them while their pools close. Called with viewMu held.
+func (s *Set) rebuildLocked(kept map[string]*state, startChecks bool) {
+	old := s.cur.Load().targets
+	inView := make(map[string]*Target, len(old))
+	for _, t := range old {
+		inView[t.st.addr] = t
+	}
+	next := make([]*Target, 0, len(old)+1)
+	wanted := make(map[string]bool, len(old)+1)
+	add := func(addr, serverName string, weight int) {
+		if wanted[addr] {
+			return
+		}
+		wanted[addr] = true
+		if t := inView[addr]; t != nil {
+			next = append(next, t)
+			return
+		}
+		st := kept[addr]
+		if st != nil {
+			delete(kept, addr)
+		} else {
+			st = newState(addr, s.route, s.metrics)
+			st.serverName = serverName
+		}
+		t := &Target{st: st, set: s, weight: weight, seed: mix64(hashString(addr))}
+		st.owner.Store(s)
+		if s.onTarget != nil && t.Attached() == nil {
+			s.onTarget(t)
+		}
+		if s.check != nil && startChecks {
+			// A target discovery added to a serving Set (NewSet starts the others' checks).
+			st.startOrUpdateChecker(s.check)
+		}
+		next = append(next, t)
+	}
+	for _, e := range s.entries {
+		if e.disc == nil {
+			add(e.addr, "", e.weight)
+			continue
+		}
+		for _, a := range e.disc.addrs {
+			add(netip.AddrPortFrom(a, e.disc.port).String(), e.disc.host, e.weight)
+		}
+	}
+	n := len(next)
+	pct := max(s.passive.MaxEjectedPercent, 0)
+	s.cur.Store(&view{targets: next, maxEjected: max(min(n*pct/100, n-1), 0)})
+	for _, t := range old {
+		if !wanted[t.st.addr] {
+			t.st.retire()
+		}
+	}
+}
+
+// routeShared is what the Sets of one route name share across reloads: the gauge of its
+// target count reads the serving Set.
+type routeShared struct {
+	serving     atomic.Pointer[Set]
+	targetsName string
+	errorsName  string
+}
+
+// newRouteShared registers toron_upstream_targets{route}.
+func newRouteShared(route string, ms *metrics.Set) *routeShared {
+	r := &routeShared{
+		targetsName: metricTargets + `{route=` + quoteLabel(route) + `}`,
+		errorsName:  metricDiscoveryErrors + `{route=` + quoteLabel(route) + `}`,
+	}
+	ms.GetOrCreateGauge(r.targetsName, func() float64 {
+		if s := r.serving.Load(); s != nil {
+			return float64(len(s.targetsNow()))
+		}
+		return 0
+	})
+	return r
 }
 
 // validate refuses what conf refuses first: NewSet's callers pass validated values.
@@ -339,6 +532,9 @@ func (c *Config) validate() error {
 		if t.Weight < 0 || t.Weight > MaxWeight {
 			return fmt.Errorf("upstream: target %s: weight must be between %d and %d, not %d", t.Addr, MinWeight, MaxWeight, t.Weight)
 		}
+	}
+	if c.LatencyDecay < 0 || c.DiscoveryRefresh < 0 {
+		return errors.New("upstream: latency decay and discovery refresh must not be negative")
 	}
 	if int(c.Balance) >= len(balanceNames) {
 		return fmt.Errorf("upstream: unknown balance %d", c.Balance)
@@ -367,18 +563,26 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Close ends the Set of a route that left the route table: it stops the checkers, unregisters
-// the metrics and closes the attached values of its targets. In-flight requests may still call
-// Done. Close is a no-op on a Set a newer one took over (NewSet with prev), and when called twice.
+// Close ends the Set of a route that left the route table: it stops its discovery and the
+// checkers, unregisters the metrics and closes the attached values of its targets. In-flight
+// requests may still call Done. Close is a no-op on a Set a newer one took over (NewSet with
+// prev), and when called twice.
 func (s *Set) Close() {
 	if s.closed {
 		return
 	}
 	s.closed = true
-	for _, t := range s.targets {
+	s.stopDiscovery()
+	s.viewMu.Lock()
+	old := s.cur.Load().targets
+	s.cur.Store(&view{})
+	s.viewMu.Unlock()
+	for _, t := range old {
 		t.st.retire()
 	}
 	s.metrics.UnregisterMetric(s.retriesName)
+	s.metrics.UnregisterMetric(s.shared.targetsName)
+	s.metrics.UnregisterMetric(s.shared.errorsName)
 }
 
 // Route returns the route name the Set was built for.
@@ -387,13 +591,14 @@ func (s *Set) Route() string { return s.route }
 // Balance returns the Set's algorithm.
 func (s *Set) Balance() Balance { return s.balance }
 
-// Targets returns the Set's targets in configuration order (for building their pools). The
-// slice is the Set's own: do not modify it.
-func (s *Set) Targets() []*Target { return s.targets }
+// Targets returns the Set's current targets: the static ones in configuration order, then
+// each discovered entry's addresses. The slice is the Set's own: do not modify it. With DNS
+// discovery it may be empty, and a later call may return another list.
+func (s *Set) Targets() []*Target { return s.targetsNow() }
 
 // Retries is how many other targets a request may try after a failure that sent nothing:
 // Config.Retries, but never more than the route's other targets.
-func (s *Set) Retries() int { return s.retries }
+func (s *Set) Retries() int { return max(min(s.retries, len(s.targetsNow())-1), 0) }
 
 // CountRetry counts one retry on another target in toron_upstream_retries_total{route}. Call
 // it before the Pick of each retry (not for the same-target retry of a stale connection).
@@ -419,18 +624,23 @@ func (s *Set) event(e Event) {
 // bytes), used by ClientIPHash only. exclude are the targets this request already tried: Pick
 // chooses among the eligible targets not in it. When no target at all is eligible (every one
 // ejected or down) every target is (panic mode, EventPanic once per episode). Pick returns nil
-// when every candidate is excluded: there is no other target to retry on.
+// when every candidate is excluded: there is no other target to retry on; and, with nothing
+// excluded, when the route has no target at all (ErrNoTarget: discovery found no address).
 func (s *Set) Pick(clientIP []byte, exclude ...*Target) *Target {
+	v := s.cur.Load()
+	if len(v.targets) == 0 {
+		return nil
+	}
 	now := s.now()
-	t := s.pickAmong(now, clientIP, exclude, false)
+	t := s.pickAmong(v.targets, now, clientIP, exclude, false)
 	if t == nil {
-		if s.anyEligible(now) {
+		if anyEligible(v.targets, now) {
 			return nil // eligible targets exist, all already tried
 		}
 		if s.panicking.CompareAndSwap(false, true) {
 			s.event(Event{Kind: EventPanic})
 		}
-		if t = s.pickAmong(now, clientIP, exclude, true); t == nil {
+		if t = s.pickAmong(v.targets, now, clientIP, exclude, true); t == nil {
 			return nil
 		}
 	} else if s.panicking.Load() && s.panicking.CompareAndSwap(true, false) {
@@ -441,8 +651,8 @@ func (s *Set) Pick(clientIP []byte, exclude ...*Target) *Target {
 }
 
 // anyEligible reports whether some target is eligible, ignoring exclusions.
-func (s *Set) anyEligible(now int64) bool {
-	for _, t := range s.targets {
+func anyEligible(ts []*Target, now int64) bool {
+	for _, t := range ts {
 		if t.st.eligible(now) {
 			return true
 		}
@@ -450,11 +660,11 @@ func (s *Set) anyEligible(now int64) bool {
 	return false
 }
 
-// pickAmong runs the balancer over the candidates: targets not excluded and, unless all is
-// set (panic mode), eligible.
-func (s *Set) pickAmong(now int64, clientIP []byte, exclude []*Target, all bool) *Target {
-	if len(s.targets) == 1 {
-		t := s.targets[0]
+// pickAmong runs the balancer over the candidates of ts: targets not excluded and, unless all
+// is set (panic mode), eligible.
+func (s *Set) pickAmong(ts []*Target, now int64, clientIP []byte, exclude []*Target, all bool) *Target {
+	if len(ts) == 1 {
+		t := ts[0]
 		if t.candidate(now, exclude, all) {
 			return t
 		}
@@ -462,11 +672,13 @@ func (s *Set) pickAmong(now int64, clientIP []byte, exclude []*Target, all bool)
 	}
 	switch s.balance {
 	case RoundRobin:
-		return s.pickRoundRobin(now, exclude, all)
+		return s.pickRoundRobin(ts, now, exclude, all)
 	case ClientIPHash:
-		return s.pickHash(now, clientIP, exclude, all)
+		return s.pickHash(ts, now, clientIP, exclude, all)
+	case LeastRequest:
+		return s.pickTwo(ts, now, exclude, all, false)
 	default:
-		return s.pickP2C(now, exclude, all)
+		return s.pickTwo(ts, now, exclude, all, true)
 	}
 }
 

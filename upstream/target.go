@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"io"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,9 @@ const (
 	metricHealthy   = "toron_upstream_healthy"
 	metricEjections = "toron_upstream_ejections_total"
 	metricRetries   = "toron_upstream_retries_total"
+	// metricTargets and metricDiscoveryErrors are per route (SPEC 13 DNS discovery).
+	metricTargets         = "toron_upstream_targets"
+	metricDiscoveryErrors = "toron_upstream_discovery_errors_total"
 )
 
 // quoteLabel quotes a Prometheus label value.
@@ -36,6 +40,17 @@ type Target struct {
 
 // Addr returns the target's host:port.
 func (t *Target) Addr() string { return t.st.addr }
+
+// ServerName returns the name to verify the target's TLS certificate against, and to send as
+// SNI, when the route sets no tls_server_name: the host of the entry a discovered address came
+// from (SPEC 13), else the host of Addr.
+func (t *Target) ServerName() string {
+	if t.st.serverName != "" {
+		return t.st.serverName
+	}
+	host, _, _ := net.SplitHostPort(t.st.addr)
+	return host
+}
 
 // Weight returns the target's weight (1..100).
 func (t *Target) Weight() int { return t.weight }
@@ -114,13 +129,14 @@ func (s *Set) failure(t *Target) {
 		s.ejectMu.Unlock()
 		return // already ejected: a failure of a request that was in flight, or of panic mode
 	}
+	v := s.cur.Load()
 	ejected := 0
-	for _, o := range s.targets {
+	for _, o := range v.targets {
 		if now < o.st.ejectedUntil.Load() {
 			ejected++
 		}
 	}
-	if ejected >= s.maxEjected {
+	if ejected >= v.maxEjected {
 		s.ejectMu.Unlock()
 		return // the next failure tries again
 	}
@@ -145,7 +161,10 @@ func (t *Target) candidate(now int64, exclude []*Target, all bool) bool {
 // state is what a target keeps across reloads while it stays in its route.
 type state struct {
 	addr, route string
-	inflight    atomic.Int64
+	// serverName is the discovered entry's host, "" for a configured host:port.
+	serverName string
+	ewma       peakEWMA
+	inflight   atomic.Int64
 	// failures counts failures in a row; inRow the ejections in a row (the doubling).
 	failures atomic.Int32
 	inRow    atomic.Int32
