@@ -147,6 +147,9 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "toron: warning: %s\n", w)
 	}
 	if o.check {
+		for _, w := range checkDiscovered(cfg) {
+			fmt.Fprintf(stderr, "toron: warning: %s\n", w)
+		}
 		out, err := cfg.CheckJSON()
 		if err != nil {
 			fmt.Fprintf(stderr, "toron: %v\n", err)

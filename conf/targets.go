@@ -3,8 +3,10 @@ package conf
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/url"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -16,9 +18,25 @@ const (
 	// MinTargetWeight and MaxTargetWeight bound a weight: 1..100 is enough to express any
 	// share an operator means, and keeps smooth round robin's cycle short.
 	MinTargetWeight, MaxTargetWeight = 1, 100
-	// DefaultBalance is power of two choices: it needs no state, and it steers away from a slow
-	// target by its in-flight count where round robin would keep feeding it its share.
+	// DefaultBalance is latency-aware power of two choices (peak EWMA): it steers away from a
+	// slow target by its latency and in-flight count where round robin would keep feeding it
+	// its share.
 	DefaultBalance = BalanceP2C
+	// DefaultLatencyDecay is latency_decay's default (SPEC 13): a slow target's estimate has
+	// lost 63% of its excess after 10s idle, so it is tried again now and then.
+	DefaultLatencyDecay = 10 * time.Second
+	// MinLatencyDecay and MaxLatencyDecay bound latency_decay: below a second one slow answer
+	// is forgotten before the next pick, beyond 5 minutes a target that recovered waits too
+	// long for its share.
+	MinLatencyDecay, MaxLatencyDecay = time.Second, 5 * time.Minute
+	// DefaultDiscoveryRefresh is discovery_refresh's default: a new pod is served and a removed
+	// one left within 5s, for one small query per name.
+	DefaultDiscoveryRefresh = 5 * time.Second
+	// MinDiscoveryRefresh and MaxDiscoveryRefresh bound discovery_refresh: more often than
+	// every second is load on DNS for nothing, less often than 5 minutes keeps dead pods.
+	MinDiscoveryRefresh, MaxDiscoveryRefresh = time.Second, 5 * time.Minute
+	// DiscoverDNS is the one value of a targets entry's discover key.
+	DiscoverDNS = "dns"
 	// DefaultConsecutiveFailures ejects a target after 5 failures in a row: one or two failed
 	// requests are noise, five in a row is a target that is down.
 	DefaultConsecutiveFailures = 5
@@ -50,6 +68,7 @@ const (
 // Values of Route.Balance and Effective.Balance (SPEC 13).
 const (
 	BalanceP2C          = "p2c"
+	BalanceLeastRequest = "least_request"
 	BalanceRoundRobin   = "round_robin"
 	BalanceClientIPHash = "client_ip_hash"
 )
@@ -59,7 +78,11 @@ type TargetEntry struct {
 	// URL is "http://host:port" or "https://host:port", with target's rules.
 	URL string `json:"url"`
 	// Weight is the target's share, 1..100; DefaultTargetWeight when the entry does not set it.
+	// A discovered entry gives it to each of its addresses.
 	Weight int `json:"weight"`
+	// Discover is DiscoverDNS when the entry's host is a name standing for one target per
+	// address (SPEC 13 DNS discovery), "" otherwise.
+	Discover string `json:"discover,omitempty"`
 }
 
 // PassiveHealth is a route's passive_health (SPEC 13), every field filled in.
@@ -101,6 +124,12 @@ type EffectiveTarget struct {
 	Addr string `json:"addr"`
 	// Weight is the target's share, 1..100.
 	Weight int `json:"weight"`
+	// Discover is DiscoverDNS for an entry resolved into one target per address; Addr is then
+	// the name and port, and the targets are its addresses (ip:port) at run time.
+	Discover string `json:"discover,omitempty"`
+	// Found is, for -check only, the addresses (ip:port) a lookup of a discovered entry found
+	// (CheckDiscovered fills it); empty otherwise.
+	Found []string `json:"found,omitempty"`
 }
 
 // MarshalJSON encodes durations as Go duration strings, as -check shows every duration.
@@ -121,7 +150,7 @@ func defaultPassiveHealth() PassiveHealth {
 
 // The keys of the nested upstream settings, with their kinds.
 var (
-	targetEntrySchema   = schema{"url": kindString, "weight": kindInt}
+	targetEntrySchema   = schema{"url": kindString, "weight": kindInt, "discover": kindString}
 	passiveHealthSchema = schema{"consecutive_failures": kindInt, "eject_time": kindDuration, "max_eject_time": kindDuration, "max_ejected_percent": kindInt}
 	healthCheckSchema   = schema{"path": kindString, "interval": kindDuration, "timeout": kindDuration, "healthy_threshold": kindInt, "unhealthy_threshold": kindInt}
 )
@@ -237,6 +266,12 @@ func decodeTargets(v any, bad func(sub, format string, args ...any)) []TargetEnt
 		} else if _, given := m["url"]; !given {
 			bad(key+".url", "is required (http://host:port or https://host:port)")
 		}
+		if d, ok := m["discover"].(string); ok {
+			e.Discover = d
+			if d != DiscoverDNS {
+				bad(key+".discover", "must be %s (one target per address of the name), not %q", DiscoverDNS, d)
+			}
+		}
 		if w, ok := m["weight"].(int); ok {
 			e.Weight = w
 			if w < MinTargetWeight || w > MaxTargetWeight {
@@ -297,11 +332,18 @@ func (l *loader) checkTargets(r *Route, in *routeInput, bad func(key, format str
 
 	if r.Balance != nil {
 		switch *r.Balance {
-		case BalanceP2C, BalanceRoundRobin, BalanceClientIPHash:
+		case BalanceP2C, BalanceLeastRequest, BalanceRoundRobin, BalanceClientIPHash:
 		default:
-			bad("balance", "must be %s, %s or %s, not %q", BalanceP2C, BalanceRoundRobin, BalanceClientIPHash, *r.Balance)
+			bad("balance", "must be %s, %s, %s or %s, not %q", BalanceP2C, BalanceLeastRequest, BalanceRoundRobin, BalanceClientIPHash, *r.Balance)
 		}
 	}
+	checkBound := func(key string, d *time.Duration, lo, hi time.Duration) {
+		if d != nil && (*d < lo || *d > hi) {
+			bad(key, "must be between %s and %s, not %s", formatDuration(lo), formatDuration(hi), formatDuration(*d))
+		}
+	}
+	checkBound("latency_decay", r.LatencyDecay, MinLatencyDecay, MaxLatencyDecay)
+	checkBound("discovery_refresh", r.DiscoveryRefresh, MinDiscoveryRefresh, MaxDiscoveryRefresh)
 	if r.Retries != nil && (*r.Retries < 0 || *r.Retries > MaxRetries) {
 		bad("retries", "must be between 0 and %d, not %d", MaxRetries, *r.Retries)
 	}
@@ -347,6 +389,17 @@ func (l *loader) checkTargets(r *Route, in *routeInput, bad func(key, format str
 	}
 }
 
+// checkResolver validates server.resolver: "" or the host:port of a DNS server.
+func (l *loader) checkResolver(s *Server) {
+	if s.Resolver == "" {
+		return
+	}
+	host, port, err := net.SplitHostPort(s.Resolver)
+	if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+		l.configErr("server.resolver", "must be the host:port of a DNS server (10.96.0.10:53, [fd00::a]:53), not %q", s.Resolver)
+	}
+}
+
 // checkHealthPath accepts a request target for the check: a path starting with /, with an
 // optional query, no spaces or control bytes (it goes on the request line as it is).
 func checkHealthPath(p string) string {
@@ -365,9 +418,11 @@ func checkHealthPath(p string) string {
 // set to the first target's URL, so code that knows only one target keeps working.
 func resolveUpstream(r *Route, e *Effective) {
 	e.Targets = nil
+	discovered := false
 	if len(r.Targets) > 0 {
 		for _, t := range r.Targets {
-			e.Targets = append(e.Targets, EffectiveTarget{URL: t.URL, Addr: targetAddr(t.URL), Weight: t.Weight})
+			e.Targets = append(e.Targets, EffectiveTarget{URL: t.URL, Addr: targetAddr(t.URL), Weight: t.Weight, Discover: t.Discover})
+			discovered = discovered || t.Discover != ""
 		}
 		if r.Target == "" {
 			r.Target = r.Targets[0].URL
@@ -376,13 +431,22 @@ func resolveUpstream(r *Route, e *Effective) {
 		e.Targets = []EffectiveTarget{{URL: r.Target, Addr: targetAddr(r.Target), Weight: DefaultTargetWeight}}
 	}
 	e.Balance = deref(r.Balance, DefaultBalance)
+	e.LatencyDecay = deref(r.LatencyDecay, DefaultLatencyDecay)
+	e.DiscoveryRefresh = 0
+	if discovered {
+		e.DiscoveryRefresh = deref(r.DiscoveryRefresh, DefaultDiscoveryRefresh)
+	}
 	e.PassiveHealth = deref(r.PassiveHealth, defaultPassiveHealth())
 	if r.HealthCheck != nil {
 		h := *r.HealthCheck
 		e.HealthCheck = &h
 	}
-	// SPEC 13: "in effect never more than the route's other targets".
-	e.Retries = max(0, min(deref(r.Retries, DefaultRetries), len(e.Targets)-1))
+	// SPEC 13: "in effect never more than the route's other targets". A discovered entry's
+	// count is known at run time only: the balancer caps it then.
+	e.Retries = deref(r.Retries, DefaultRetries)
+	if !discovered {
+		e.Retries = max(0, min(e.Retries, len(e.Targets)-1))
+	}
 }
 
 // targetAddr is the host:port of a target URL, host lower-cased; "" when it does not parse

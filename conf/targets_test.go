@@ -11,6 +11,7 @@ import (
 // withoutPool clears the upstream-pool part of an Effective, for tests about the rest.
 func withoutPool(e Effective) Effective {
 	e.Targets, e.Balance, e.PassiveHealth, e.HealthCheck, e.Retries = nil, "", PassiveHealth{}, nil, 0
+	e.LatencyDecay, e.DiscoveryRefresh = 0, 0
 	return e
 }
 
@@ -96,7 +97,7 @@ func TestTargetsValidationErrors(t *testing.T) {
 			"routes.yaml: routes[0] (/api): targets: targets[0] and targets[1] are both api.internal:80: each host:port once (raise its weight instead)", "targets"},
 		{"mixed schemes", route(api + `, targets: [{url: "http://10.0.0.1:80"}, {url: "https://10.0.0.2:443"}]`),
 			"routes.yaml: routes[0] (/api): targets: targets[1] is https but targets[0] is http: all targets of a route share one scheme", "targets"},
-		{"unknown balance", route(api + ", " + tg + ", balance: least_conn"), `routes.yaml: routes[0] (/api): balance: must be p2c, round_robin or client_ip_hash, not "least_conn"`, "balance"},
+		{"unknown balance", route(api + ", " + tg + ", balance: least_conn"), `routes.yaml: routes[0] (/api): balance: must be p2c, least_request, round_robin or client_ip_hash, not "least_conn"`, "balance"},
 		{"retries too high", route(api + ", " + tg + ", retries: 4"), "routes.yaml: routes[0] (/api): retries: must be between 0 and 3, not 4", "retries"},
 		{"retries negative", route(api + ", " + tg + ", retries: -1"), "routes.yaml: routes[0] (/api): retries: must be between 0 and 3, not -1", "retries"},
 		{"passive not a mapping", route(api + ", " + tg + ", passive_health: true"), "routes.yaml: routes[0] (/api): passive_health: must be a mapping of consecutive_failures, eject_time, max_eject_time, max_ejected_percent, not the boolean true", "passive_health"},
@@ -113,6 +114,11 @@ func TestTargetsValidationErrors(t *testing.T) {
 		{"health check negative timeout", route(api + ", " + tg + ", health_check: {path: /h, timeout: -1s}"), "routes.yaml: routes[0] (/api): health_check: timeout must be greater than 0, not -1s", "health_check"},
 		{"health check zero threshold", route(api + ", " + tg + ", health_check: {path: /h, healthy_threshold: 0}"), "routes.yaml: routes[0] (/api): health_check: healthy_threshold and unhealthy_threshold must be at least 1, not 0 and 3", "health_check"},
 		{"typo of targets", route(api + `, target: "http://10.0.0.1:80", tragets: [{url: "http://10.0.0.2:80"}]`), "routes.yaml: routes[0] (/api): tragets: unknown key (did you mean targets?)", "tragets"},
+		{"discover not dns", route(api + `, targets: [{url: "http://api.svc:80", discover: srv}]`), `routes.yaml: routes[0] (/api): targets[0].discover: must be dns (one target per address of the name), not "srv"`, "targets[0].discover"},
+		{"latency_decay too short", route(api + ", " + tg + ", latency_decay: 500ms"), "routes.yaml: routes[0] (/api): latency_decay: must be between 1s and 5m, not 500ms", "latency_decay"},
+		{"latency_decay too long", route(api + ", " + tg + ", latency_decay: 6m"), "routes.yaml: routes[0] (/api): latency_decay: must be between 1s and 5m, not 6m", "latency_decay"},
+		{"discovery_refresh too short", route(api + ", " + tg + ", discovery_refresh: 100ms"), "routes.yaml: routes[0] (/api): discovery_refresh: must be between 1s and 5m, not 100ms", "discovery_refresh"},
+		{"discovery_refresh too long", route(api + ", " + tg + ", discovery_refresh: 1h"), "routes.yaml: routes[0] (/api): discovery_refresh: must be between 1s and 5m, not 1h", "discovery_refresh"},
 		{"health check unknown key", route(api + ", " + tg + ", health_check: {path: /h, intervall: 5s}"), "routes.yaml: routes[0] (/api): health_check.intervall: unknown key (did you mean interval?)", "health_check.intervall"},
 	}
 	for _, c := range cases {
@@ -166,6 +172,43 @@ func TestTargetsCheckJSON(t *testing.T) {
 	out, _ = none.CheckJSON()
 	if !strings.Contains(string(out), `"health_check": null`) {
 		t.Errorf("a route without checks must show health_check null:\n%s", out)
+	}
+}
+
+func TestTargetsDiscoveryAndLatencyKeys(t *testing.T) {
+	t.Parallel()
+	cfg := mustLoad(t, "", poolRoute(`    targets:
+      - {url: "http://api.prod.svc.cluster.local:8080", discover: dns, weight: 2}
+      - {url: "http://10.0.0.1:8080"}
+    balance: least_request
+    retries: 3
+`))
+	e := cfg.Routes[0].Effective
+	want := []EffectiveTarget{
+		{URL: "http://api.prod.svc.cluster.local:8080", Addr: "api.prod.svc.cluster.local:8080", Weight: 2, Discover: "dns"},
+		{URL: "http://10.0.0.1:8080", Addr: "10.0.0.1:8080", Weight: 1},
+	}
+	if !reflect.DeepEqual(e.Targets, want) {
+		t.Errorf("targets %+v, want %+v", e.Targets, want)
+	}
+	// Retries are not capped by the configured entries: a name stands for any number.
+	if e.Balance != "least_request" || e.LatencyDecay != 10*time.Second || e.DiscoveryRefresh != 5*time.Second || e.Retries != 3 {
+		t.Errorf("balance %q decay %v refresh %v retries %d", e.Balance, e.LatencyDecay, e.DiscoveryRefresh, e.Retries)
+	}
+	cfg = mustLoad(t, "", poolRoute(twoTargets+"    latency_decay: 30s\n    discovery_refresh: 2s\n"))
+	if e := cfg.Routes[0].Effective; e.LatencyDecay != 30*time.Second || e.DiscoveryRefresh != 0 {
+		t.Errorf("decay %v, refresh %v (0 without a discovered entry)", e.LatencyDecay, e.DiscoveryRefresh)
+	}
+	cfg = mustLoad(t, "server:\n  resolver: \"10.96.0.10:53\"\n", okRoute)
+	if cfg.Server.Resolver != "10.96.0.10:53" {
+		t.Errorf("server.resolver %q", cfg.Server.Resolver)
+	}
+	for _, bad := range []string{"10.96.0.10", ":53", "dns:0", "dns:http"} {
+		_, err := loadStrings("server:\n  resolver: \""+bad+"\"\n", okRoute)
+		errs := configErrors(t, err)
+		if len(errs) != 1 || errs[0].Key != "server.resolver" || !strings.Contains(errs[0].Error(), "host:port of a DNS server") {
+			t.Errorf("resolver %q: %v", bad, err)
+		}
 	}
 }
 

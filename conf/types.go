@@ -82,6 +82,9 @@ type Server struct {
 	// AuthDefaults is the auth block of the routes that say auth: default (SPEC 19,
 	// conf/auth.go); nil (the default): none.
 	AuthDefaults *Auth `koanf:"auth_defaults" json:"auth_defaults,omitempty"`
+	// Resolver is the "host:port" of the DNS server of DNS discovery (SPEC 13); "" (the
+	// default): the system's resolver.
+	Resolver string `koanf:"resolver" json:"resolver,omitempty"`
 }
 
 // Log holds the log settings (config.yaml, key log).
@@ -165,8 +168,14 @@ type Route struct {
 	// first target's URL. Targets, PassiveHealth and HealthCheck are nested, so decoded by
 	// decodeUpstreamKey rather than the flat route schema.
 	Targets []TargetEntry `koanf:"-" json:"-"`
-	// Balance is BalanceP2C (nil: the default), BalanceRoundRobin or BalanceClientIPHash.
+	// Balance is BalanceP2C (nil: the default), BalanceLeastRequest, BalanceRoundRobin or
+	// BalanceClientIPHash.
 	Balance *string `koanf:"balance" json:"-"`
+	// LatencyDecay is peak EWMA's time constant, 1s..5m; nil: DefaultLatencyDecay.
+	LatencyDecay *time.Duration `koanf:"latency_decay" json:"-"`
+	// DiscoveryRefresh is the time between two lookups of a discover: dns entry, 1s..5m; nil:
+	// DefaultDiscoveryRefresh.
+	DiscoveryRefresh *time.Duration `koanf:"discovery_refresh" json:"-"`
 	// PassiveHealth is passive_health with its defaults filled in; nil: all defaults.
 	PassiveHealth *PassiveHealth `koanf:"-" json:"-"`
 	// HealthCheck is health_check with its defaults filled in; nil: no active checks.
@@ -219,8 +228,12 @@ type Effective struct {
 	// Targets are the route's upstreams with their weights: the targets list, or target as one
 	// entry of weight 1 (SPEC 13).
 	Targets []EffectiveTarget `json:"targets"`
-	// Balance is BalanceP2C, BalanceRoundRobin or BalanceClientIPHash.
+	// Balance is BalanceP2C, BalanceLeastRequest, BalanceRoundRobin or BalanceClientIPHash.
 	Balance string `json:"balance"`
+	// LatencyDecay is p2c's peak-EWMA decay (SPEC 13 latency_decay).
+	LatencyDecay time.Duration `json:"latency_decay"`
+	// DiscoveryRefresh is the lookup period of discovered entries; 0 when the route has none.
+	DiscoveryRefresh time.Duration `json:"discovery_refresh,omitempty"`
 	// PassiveHealth is always set; ConsecutiveFailures 0 means off.
 	PassiveHealth PassiveHealth `json:"passive_health"`
 	// HealthCheck is nil when the route has no active checks.

@@ -133,6 +133,7 @@ func (l *loader) checkServer(cfg *Config) {
 	}
 	l.checkClientIdentity(cfg)
 	l.checkAuthDefaults(cfg)
+	l.checkResolver(&cfg.Server)
 }
 
 // checkListenHost accepts an IP address or a host name to listen on.

@@ -1,0 +1,481 @@
+package upstream
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"toron/internal/testnet"
+)
+
+// loopbackFarm is a set of real HTTP servers on 127.0.0.N, all on one port (a discovered
+// name's addresses share the entry's port).
+type loopbackFarm struct {
+	port    int
+	servers map[string]*farmServer // by IP
+}
+
+// farmServer is one upstream of the farm.
+type farmServer struct {
+	ip     string
+	hits   atomic.Int64
+	status atomic.Int32
+	srv    *http.Server
+}
+
+// newLoopbackFarm starts servers on 127.0.0.2 .. 127.0.0.(n+1), same port.
+func newLoopbackFarm(t *testing.T, n int) *loopbackFarm {
+	t.Helper()
+	for attempt := 0; attempt < 20; attempt++ {
+		first, err := net.Listen("tcp", "127.0.0.2:0")
+		if err != nil {
+			t.Skipf("cannot listen on 127.0.0.2: %v", err)
+		}
+		port := first.Addr().(*net.TCPAddr).Port
+		lns := []net.Listener{first}
+		for i := 1; i < n; i++ {
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:%d", i+2, port))
+			if err != nil {
+				break
+			}
+			lns = append(lns, ln)
+		}
+		if len(lns) < n {
+			for _, ln := range lns {
+				ln.Close()
+			}
+			continue
+		}
+		f := &loopbackFarm{port: port, servers: map[string]*farmServer{}}
+		for i, ln := range lns {
+			fs := &farmServer{ip: fmt.Sprintf("127.0.0.%d", i+2)}
+			fs.status.Store(200)
+			fs.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				fs.hits.Add(1)
+				time.Sleep(time.Millisecond)
+				w.WriteHeader(int(fs.status.Load()))
+				_, _ = io.WriteString(w, fs.ip)
+			})}
+			go func() { _ = fs.srv.Serve(ln) }()
+			f.servers[fs.ip] = fs
+		}
+		t.Cleanup(func() {
+			for _, fs := range f.servers {
+				_ = fs.srv.Close()
+			}
+		})
+		return f
+	}
+	t.Fatal("no free port on every loopback address")
+	return nil
+}
+
+// entry is the discovered entry for name on the farm's port.
+func (f *loopbackFarm) entry(name string) string { return name + ":" + strconv.Itoa(f.port) }
+
+// httpPool is a target's connection pool in these tests: an HTTP client dialing the
+// target's address, whose Close closes its idle connections.
+type httpPool struct {
+	tr     *http.Transport
+	client *http.Client
+	closed atomic.Bool
+}
+
+func (p *httpPool) Close() error {
+	p.closed.Store(true)
+	p.tr.CloseIdleConnections()
+	return nil
+}
+
+// attachHTTPPool is Config.OnTarget for these tests.
+func attachHTTPPool(t *Target) {
+	tr := &http.Transport{MaxIdleConnsPerHost: 16}
+	t.Attach(&httpPool{tr: tr, client: &http.Client{Transport: tr, Timeout: 10 * time.Second}})
+}
+
+// send runs one request through the Set as the exchange does: Pick, the request, Observe,
+// Done. It returns the IP that answered.
+func send(s *Set) (string, error) {
+	tg := s.Pick(nil)
+	if tg == nil {
+		return "", ErrNoTarget
+	}
+	p := tg.Attached().(*httpPool)
+	start := time.Now()
+	resp, err := p.client.Get("http://" + tg.Addr() + "/")
+	if err != nil {
+		tg.Observe(time.Since(start), Failure)
+		tg.Done(Failure, 502)
+		return "", err
+	}
+	tg.Observe(time.Since(start), OutcomeOf(resp.StatusCode))
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	tg.Done(OutcomeOf(resp.StatusCode), resp.StatusCode)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != 200 {
+		return string(body), fmt.Errorf("status %d from %s", resp.StatusCode, tg.Addr())
+	}
+	return string(body), nil
+}
+
+// discoveredSet builds a Set with one discovered entry through the test DNS server.
+func discoveredSet(t *testing.T, d *dnsServer, entry string, refresh time.Duration, mutate func(*Config)) *Set {
+	t.Helper()
+	cfg := Config{
+		Route:            "api",
+		Targets:          []TargetConfig{{Addr: entry, Discover: true}},
+		DiscoveryRefresh: refresh,
+		Lookup:           NewDNSLookup(d.addr),
+		OnTarget:         attachHTTPPool,
+		Metrics:          metrics.NewSet(),
+		Retries:          1,
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	s, err := NewSet(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// addrsOf lists the Set's current target addresses.
+func addrsOf(s *Set) []string {
+	var out []string
+	for _, tg := range s.Targets() {
+		out = append(out, tg.Addr())
+	}
+	return out
+}
+
+// discoverer returns the Set's first discoverer, for tests that step it by hand.
+func (s *Set) firstDiscoverer() *discoverer {
+	for _, e := range s.entries {
+		if e.disc != nil {
+			return e.disc
+		}
+	}
+	return nil
+}
+
+func TestDiscoveryAddsAndRemovesUnderLoad(t *testing.T) {
+	farm := newLoopbackFarm(t, 3)
+	d := newDNSServer(t)
+	d.set("api.test", "127.0.0.2", "127.0.0.3")
+	const refresh = 200 * time.Millisecond
+	s := discoveredSet(t, d, farm.entry("api.test"), refresh, nil)
+	if got := addrsOf(s); len(got) != 2 {
+		t.Fatalf("resolved at start: %v, want the two addresses", got)
+	}
+
+	var done, errs atomic.Int64
+	var firstErr atomic.Value
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := send(s); err != nil {
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+				}
+				done.Add(1)
+			}
+		})
+	}
+	waitFor := func(what string, limit time.Duration, cond func() bool) time.Duration {
+		start := time.Now()
+		for !cond() {
+			if time.Since(start) > limit {
+				close(stop)
+				wg.Wait()
+				t.Fatalf("timed out after %v waiting until %s", limit, what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return time.Since(start)
+	}
+	waitFor("200 requests", 20*time.Second, func() bool { return done.Load() >= 200 })
+
+	// An address added: served within discovery_refresh (generous: 10x for a shared machine).
+	added := farm.servers["127.0.0.4"]
+	d.set("api.test", "127.0.0.2", "127.0.0.3", "127.0.0.4")
+	took := waitFor("the new address serves", 10*refresh, func() bool { return added.hits.Load() > 0 })
+	t.Logf("a new address served %v after the DNS change (discovery_refresh %v)", took, refresh)
+
+	// An address removed: no longer picked; what was in flight on it finishes.
+	removed := farm.servers["127.0.0.2"]
+	var gone *Target
+	for _, tg := range s.Targets() {
+		if strings.HasPrefix(tg.Addr(), "127.0.0.2:") {
+			gone = tg
+		}
+	}
+	gonePool := gone.Attached().(*httpPool)
+	d.set("api.test", "127.0.0.3", "127.0.0.4")
+	waitFor("the removed address leaves the set", 10*refresh, func() bool { return len(s.Targets()) == 2 })
+	waitFor("its in-flight requests finish", 5*time.Second, func() bool { return gone.InFlight() == 0 })
+	after := removed.hits.Load()
+	if !gonePool.closed.Load() {
+		t.Error("the removed address's pool was not closed")
+	}
+	atRemoval := done.Load()
+	waitFor("1,000 requests and 200 after the removal", 30*time.Second, func() bool {
+		return done.Load() >= max(1000, atRemoval+200)
+	})
+	close(stop)
+	wg.Wait()
+	if n := errs.Load(); n != 0 {
+		t.Fatalf("%d of %d requests failed across the DNS changes, first: %v", n, done.Load(), firstErr.Load())
+	}
+	if late := removed.hits.Load() - after; late != 0 {
+		t.Fatalf("%d requests reached the removed address after it left the set", late)
+	}
+	if got := metricValue(s, `toron_upstream_targets{route="api"}`); got != "2" {
+		t.Fatalf("toron_upstream_targets = %q, want 2", got)
+	}
+	t.Logf("%d requests, none failed", done.Load())
+}
+
+// metricValue returns the value of one sample of the Set's metrics, "" when absent.
+func metricValue(s *Set, series string) string {
+	var sb strings.Builder
+	s.metrics.WritePrometheus(&sb)
+	for _, line := range strings.Split(sb.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func TestDiscoveryFailedLookupKeepsTheSet(t *testing.T) {
+	farm := newLoopbackFarm(t, 2)
+	d := newDNSServer(t)
+	d.set("api.test", "127.0.0.2", "127.0.0.3")
+	s := discoveredSet(t, d, farm.entry("api.test"), time.Hour, nil)
+	disc := s.firstDiscoverer()
+	want := strings.Join(addrsOf(s), ",")
+
+	d.servfail.Store(true)
+	if !disc.refreshOnce() {
+		t.Fatal("refresh reported a stop")
+	}
+	if got := strings.Join(addrsOf(s), ","); got != want {
+		t.Fatalf("SERVFAIL changed the set: %s, want %s", got, want)
+	}
+	if got := metricValue(s, `toron_upstream_discovery_errors_total{route="api"}`); got != "1" {
+		t.Fatalf("discovery errors after a SERVFAIL: %q, want 1", got)
+	}
+	d.stop() // the server is down: the kernel refuses the queries
+	disc.refreshOnce()
+	if got := strings.Join(addrsOf(s), ","); got != want {
+		t.Fatalf("a lookup with the server down changed the set: %s, want %s", got, want)
+	}
+	if got := metricValue(s, `toron_upstream_discovery_errors_total{route="api"}`); got != "2" {
+		t.Fatalf("discovery errors with the server down: %q, want 2", got)
+	}
+	if _, err := send(s); err != nil {
+		t.Fatalf("the kept set does not serve: %v", err)
+	}
+}
+
+func TestDiscoveryEmptyAnswerAppliesTheSecondTime(t *testing.T) {
+	farm := newLoopbackFarm(t, 2)
+	d := newDNSServer(t)
+	d.set("api.test", "127.0.0.2", "127.0.0.3")
+	s := discoveredSet(t, d, farm.entry("api.test"), time.Hour, nil)
+	disc := s.firstDiscoverer()
+
+	for _, empty := range []struct {
+		name string
+		make func()
+	}{
+		{"NXDOMAIN", func() { d.remove("api.test") }},
+		{"NOERROR without records", func() { d.set("api.test") }},
+	} {
+		d.set("api.test", "127.0.0.2", "127.0.0.3")
+		disc.refreshOnce()
+		empty.make()
+		disc.refreshOnce()
+		if n := len(s.Targets()); n != 2 {
+			t.Fatalf("%s once: %d targets, want the 2 kept", empty.name, n)
+		}
+		// A failed lookup between the two does not count (nor reset the first).
+		d.servfail.Store(true)
+		disc.refreshOnce()
+		d.servfail.Store(false)
+		if n := len(s.Targets()); n != 2 {
+			t.Fatalf("%s then SERVFAIL: %d targets, want 2", empty.name, n)
+		}
+		disc.refreshOnce()
+		if n := len(s.Targets()); n != 0 {
+			t.Fatalf("%s twice in a row: %d targets, want 0", empty.name, n)
+		}
+		if tg := s.Pick(nil); tg != nil {
+			t.Fatalf("a route without targets picked %s", tg.Addr())
+		}
+		if _, err := send(s); err != ErrNoTarget {
+			t.Fatalf("a request on a route without targets: %v, want ErrNoTarget", err)
+		}
+	}
+	// One empty answer between two full ones is ignored.
+	d.set("api.test", "127.0.0.2", "127.0.0.3")
+	disc.refreshOnce()
+	d.set("api.test")
+	disc.refreshOnce()
+	d.set("api.test", "127.0.0.3")
+	disc.refreshOnce()
+	d.set("api.test")
+	disc.refreshOnce()
+	if got := addrsOf(s); len(got) != 1 || !strings.HasPrefix(got[0], "127.0.0.3:") {
+		t.Fatalf("empty, full, empty: %v, want the full answer's one address", got)
+	}
+}
+
+func TestDiscoveryNameNotResolvingAtStart(t *testing.T) {
+	farm := newLoopbackFarm(t, 1)
+	d := newDNSServer(t)
+	s := discoveredSet(t, d, farm.entry("late.test"), 100*time.Millisecond, nil)
+	if n := len(s.Targets()); n != 0 {
+		t.Fatalf("%d targets for a name that does not resolve", n)
+	}
+	if got := metricValue(s, `toron_upstream_targets{route="api"}`); got != "0" {
+		t.Fatalf("toron_upstream_targets = %q, want 0", got)
+	}
+	d.set("late.test", "127.0.0.2")
+	testnet.Eventually(t, "the name resolves and serves", func() bool {
+		ip, err := send(s)
+		return err == nil && ip == "127.0.0.2"
+	})
+}
+
+func TestDiscoveryPerAddressHealth(t *testing.T) {
+	farm := newLoopbackFarm(t, 3)
+	d := newDNSServer(t)
+	d.set("api.test", "127.0.0.2", "127.0.0.3", "127.0.0.4")
+	s := discoveredSet(t, d, farm.entry("api.test"), time.Hour, func(c *Config) {
+		c.Passive = PassiveConfig{ConsecutiveFailures: 2, EjectTime: time.Minute, MaxEjectedPercent: 50}
+		// Round robin keeps sending the bad address its share until it is ejected; p2c would
+		// avoid it after its first failure (sampled as 1 s) and take long to fail it twice.
+		c.Balance = RoundRobin
+	})
+	farm.servers["127.0.0.3"].status.Store(503)
+	for range 200 {
+		_, _ = send(s)
+	}
+	for _, tg := range s.Targets() {
+		bad := strings.HasPrefix(tg.Addr(), "127.0.0.3:")
+		if tg.Ejected() != bad {
+			t.Fatalf("%s ejected=%v; only the address answering 503 must be", tg.Addr(), tg.Ejected())
+		}
+	}
+	if got := metricValue(s, `toron_upstream_healthy{route="api",target="127.0.0.3:`+strconv.Itoa(farm.port)+`"}`); got != "0" {
+		t.Fatalf("healthy gauge of the ejected address %q, want 0", got)
+	}
+}
+
+func TestDiscoveryReloadKeepsState(t *testing.T) {
+	farm := newLoopbackFarm(t, 3)
+	d := newDNSServer(t)
+	d.set("api.test", "127.0.0.2", "127.0.0.3")
+	entry := farm.entry("api.test")
+	ms := metrics.NewSet()
+	cfg := Config{Route: "api", Targets: []TargetConfig{{Addr: entry, Discover: true}}, DiscoveryRefresh: time.Hour,
+		Lookup: NewDNSLookup(d.addr), OnTarget: attachHTTPPool, Metrics: ms,
+		Passive: PassiveConfig{ConsecutiveFailures: 1, EjectTime: time.Hour, MaxEjectedPercent: 50}}
+	old, err := NewSet(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		if _, err := send(old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	byAddr := map[string]*Target{}
+	for _, tg := range old.Targets() {
+		byAddr[tg.Addr()] = tg
+	}
+	ejected := old.Targets()[0]
+	ejected.Observe(0, Failure)
+	attempt(ejected, Failure, 502)
+	if !ejected.Ejected() {
+		t.Fatal("not ejected")
+	}
+
+	// The name changes meanwhile; the reload's immediate lookup finds it.
+	d.set("api.test", "127.0.0.2", "127.0.0.3", "127.0.0.4")
+	cfg.Targets[0].Weight = 3
+	next, err := NewSet(cfg, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	old.Close() // a no-op: next took it over
+	for _, tg := range next.Targets() {
+		o := byAddr[tg.Addr()]
+		if o == nil {
+			continue
+		}
+		if tg.st != o.st || tg.Attached() != o.Attached() || tg.Weight() != 3 {
+			t.Fatalf("%s lost its state or pool across the reload", tg.Addr())
+		}
+		if _, ok := tg.Latency(); !ok {
+			t.Fatalf("%s lost its latency estimate", tg.Addr())
+		}
+	}
+	if !next.Targets()[0].Ejected() {
+		t.Fatal("the ejection did not survive the reload")
+	}
+	testnet.Eventually(t, "the reload's lookup adds the new address", func() bool { return len(next.Targets()) == 3 })
+	if got := metricValue(next, `toron_upstream_targets{route="api"}`); got != "3" {
+		t.Fatalf("toron_upstream_targets = %q after the reload, want 3", got)
+	}
+	if _, err := send(next); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDiscoveryLookupErrorsClassified(t *testing.T) {
+	d := newDNSServer(t)
+	lookup := NewDNSLookup(d.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	d.set("v6.test", "::1", "127.0.0.9")
+	got, err := LookupEntry(ctx, lookup, "v6.test:8080")
+	if err != nil || strings.Join(got, ",") != "127.0.0.9:8080,[::1]:8080" {
+		t.Fatalf("A and AAAA: %v %v", got, err)
+	}
+	if _, err := lookup(ctx, "missing.test"); !IsEmptyAnswer(err) {
+		t.Fatalf("NXDOMAIN is an empty answer, got %v", err)
+	}
+	d.set("empty.test")
+	if _, err := lookup(ctx, "empty.test"); !IsEmptyAnswer(err) {
+		t.Fatalf("NOERROR without records is an empty answer, got %v", err)
+	}
+	d.servfail.Store(true)
+	if _, err := lookup(ctx, "v6.test"); err == nil || IsEmptyAnswer(err) {
+		t.Fatalf("SERVFAIL is a failed lookup, got %v", err)
+	}
+}
