@@ -51,7 +51,7 @@ bench-slowloris: build #? /health and /api success under a 1000-connection slowl
 bench-upload: build #? 8 concurrent 200 MB uploads, direct vs Toron vs a naive fasthttp proxy, 5 rounds (exit 3: a target missed)
 	$(GO) run ./loadtest -toron $(BIN) -scenario upload -rounds 5
 
-bench-slow-target: build #? one of 3 targets 20x slower: p2c against round_robin (share, /api p99), then a killed target (exit 3: a target missed)
+bench-slow-target: build #? one of 3 targets 20x slower: p2c, least_request and round_robin (share, /api p99), recovery, a target added, a killed target (exit 3: a target missed)
 	$(GO) run ./loadtest -toron $(BIN) -scenario slow-target -rounds 3
 
 bench-tunnel: build #? WebSocket tunnels: echo through a tunnel vs a TCP relay, memory per idle tunnel, /api p99 with 2,000 idle tunnels (exit 3: a target missed)

@@ -370,6 +370,7 @@ func TestRoutesYAML(t *testing.T) {
 		StreamRequestBody     *bool  `yaml:"stream_request_body"`
 
 		Targets   []demoTarget `yaml:"targets"`
+		Balance   string       `yaml:"balance"`
 		RateLimit struct {
 			RequestsPerSecond float64 `yaml:"requests_per_second"`
 			Burst             float64 `yaml:"burst"`
@@ -392,7 +393,7 @@ func TestRoutesYAML(t *testing.T) {
 	yes := true
 	want := []route{
 		{Type: "upstream", Prefix: "/legacy/upload", Target: "http://" + u.Upload,
-			MaxBodyBytes: 209715200, MaxConcurrency: 16, ReadTimeout: "10s", StreamRequestBody: &yes},
+			MaxBodyBytes: 209715200, MaxConcurrency: 16, ReadTimeout: "10s", StreamRequestBody: &yes, Balance: "least_request"},
 		{Type: "upstream", Prefix: "/api", Targets: []demoTarget{{"http://" + u.API}, {"http://" + u.API2}}},
 		{Type: "upstream", Prefix: "/legacy/reports", Target: "http://" + u.Reports,
 			MaxConcurrency: 8, ResponseHeaderTimeout: "60s", WriteTimeout: "30s"},

@@ -19,6 +19,10 @@ routes:
     max_concurrency: 16
     read_timeout: 10s
     stream_request_body: true
+    # least_request, not p2c: an upload's time measures its size, not the sink's health, so a
+    # latency estimate would call a sink that just took a 200 MB body slow. Requests in flight
+    # are the right measure here (one target today; a second sink is balanced that way).
+    balance: least_request
 
   # The fast API, protected by the server defaults, served by two instances: p2c balancing,
   # passive health and one retry on the other instance by default (SPEC 13).
@@ -75,7 +79,8 @@ const bannerTemplate = `Toron demo
 Routes (unset keys inherit the server defaults: 4 MiB bodies, 5s read/write, 10s for upstream headers):
   /api                   -> api, api-2  defaults; a declared body over 4 MiB is a 413 from the headers alone;
                                      two targets: p2c, passive health, 1 retry on the other target
-  /legacy/upload         -> upload   recipe 1: 200 MiB bodies, 16 at once, 10s sliding read window, streamed
+  /legacy/upload         -> upload   recipe 1: 200 MiB bodies, 16 at once, 10s sliding read window, streamed,
+                                     balance: least_request (an upload's time is its size, not latency)
   /legacy/reports        -> reports  recipe 2: 8 at once, 60s for upstream headers (then 504), 30s write window
   /legacy/stream-upload  -> upload   recipe 3: 500 MiB bodies, chunked passed through chunked, 15s read window,
                                      32 at once (guardrail)
