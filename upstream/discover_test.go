@@ -15,6 +15,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"toron/internal/dnstest"
 	"toron/internal/testnet"
 )
 
@@ -132,13 +133,13 @@ func send(s *Set) (string, error) {
 }
 
 // discoveredSet builds a Set with one discovered entry through the test DNS server.
-func discoveredSet(t *testing.T, d *dnsServer, entry string, refresh time.Duration, mutate func(*Config)) *Set {
+func discoveredSet(t *testing.T, d *dnstest.Server, entry string, refresh time.Duration, mutate func(*Config)) *Set {
 	t.Helper()
 	cfg := Config{
 		Route:            "api",
 		Targets:          []TargetConfig{{Addr: entry, Discover: true}},
 		DiscoveryRefresh: refresh,
-		Lookup:           NewDNSLookup(d.addr),
+		Lookup:           NewDNSLookup(d.Addr),
 		OnTarget:         attachHTTPPool,
 		Metrics:          metrics.NewSet(),
 		Retries:          1,
@@ -163,7 +164,7 @@ func addrsOf(s *Set) []string {
 	return out
 }
 
-// discoverer returns the Set's first discoverer, for tests that step it by hand.
+// firstDiscoverer returns the Set's first discoverer, for tests that step it by hand.
 func (s *Set) firstDiscoverer() *discoverer {
 	for _, e := range s.entries {
 		if e.disc != nil {
@@ -175,8 +176,8 @@ func (s *Set) firstDiscoverer() *discoverer {
 
 func TestDiscoveryAddsAndRemovesUnderLoad(t *testing.T) {
 	farm := newLoopbackFarm(t, 3)
-	d := newDNSServer(t)
-	d.set("api.test", "127.0.0.2", "127.0.0.3")
+	d := dnstest.New(t)
+	d.Set("api.test", "127.0.0.2", "127.0.0.3")
 	const refresh = 200 * time.Millisecond
 	s := discoveredSet(t, d, farm.entry("api.test"), refresh, nil)
 	if got := addrsOf(s); len(got) != 2 {
@@ -219,7 +220,7 @@ func TestDiscoveryAddsAndRemovesUnderLoad(t *testing.T) {
 
 	// An address added: served within discovery_refresh (generous: 10x for a shared machine).
 	added := farm.servers["127.0.0.4"]
-	d.set("api.test", "127.0.0.2", "127.0.0.3", "127.0.0.4")
+	d.Set("api.test", "127.0.0.2", "127.0.0.3", "127.0.0.4")
 	took := waitFor("the new address serves", 10*refresh, func() bool { return added.hits.Load() > 0 })
 	t.Logf("a new address served %v after the DNS change (discovery_refresh %v)", took, refresh)
 
@@ -232,7 +233,7 @@ func TestDiscoveryAddsAndRemovesUnderLoad(t *testing.T) {
 		}
 	}
 	gonePool := gone.Attached().(*httpPool)
-	d.set("api.test", "127.0.0.3", "127.0.0.4")
+	d.Set("api.test", "127.0.0.3", "127.0.0.4")
 	waitFor("the removed address leaves the set", 10*refresh, func() bool { return len(s.Targets()) == 2 })
 	waitFor("its in-flight requests finish", 5*time.Second, func() bool { return gone.InFlight() == 0 })
 	after := removed.hits.Load()
@@ -271,13 +272,13 @@ func metricValue(s *Set, series string) string {
 
 func TestDiscoveryFailedLookupKeepsTheSet(t *testing.T) {
 	farm := newLoopbackFarm(t, 2)
-	d := newDNSServer(t)
-	d.set("api.test", "127.0.0.2", "127.0.0.3")
+	d := dnstest.New(t)
+	d.Set("api.test", "127.0.0.2", "127.0.0.3")
 	s := discoveredSet(t, d, farm.entry("api.test"), time.Hour, nil)
 	disc := s.firstDiscoverer()
 	want := strings.Join(addrsOf(s), ",")
 
-	d.servfail.Store(true)
+	d.ServFail.Store(true)
 	if !disc.refreshOnce() {
 		t.Fatal("refresh reported a stop")
 	}
@@ -287,7 +288,7 @@ func TestDiscoveryFailedLookupKeepsTheSet(t *testing.T) {
 	if got := metricValue(s, `toron_upstream_discovery_errors_total{route="api"}`); got != "1" {
 		t.Fatalf("discovery errors after a SERVFAIL: %q, want 1", got)
 	}
-	d.stop() // the server is down: the kernel refuses the queries
+	d.Stop() // the server is down: the kernel refuses the queries
 	disc.refreshOnce()
 	if got := strings.Join(addrsOf(s), ","); got != want {
 		t.Fatalf("a lookup with the server down changed the set: %s, want %s", got, want)
@@ -302,8 +303,8 @@ func TestDiscoveryFailedLookupKeepsTheSet(t *testing.T) {
 
 func TestDiscoveryEmptyAnswerAppliesTheSecondTime(t *testing.T) {
 	farm := newLoopbackFarm(t, 2)
-	d := newDNSServer(t)
-	d.set("api.test", "127.0.0.2", "127.0.0.3")
+	d := dnstest.New(t)
+	d.Set("api.test", "127.0.0.2", "127.0.0.3")
 	s := discoveredSet(t, d, farm.entry("api.test"), time.Hour, nil)
 	disc := s.firstDiscoverer()
 
@@ -311,10 +312,10 @@ func TestDiscoveryEmptyAnswerAppliesTheSecondTime(t *testing.T) {
 		name string
 		make func()
 	}{
-		{"NXDOMAIN", func() { d.remove("api.test") }},
-		{"NOERROR without records", func() { d.set("api.test") }},
+		{"NXDOMAIN", func() { d.Remove("api.test") }},
+		{"NOERROR without records", func() { d.Set("api.test") }},
 	} {
-		d.set("api.test", "127.0.0.2", "127.0.0.3")
+		d.Set("api.test", "127.0.0.2", "127.0.0.3")
 		disc.refreshOnce()
 		empty.make()
 		disc.refreshOnce()
@@ -322,9 +323,9 @@ func TestDiscoveryEmptyAnswerAppliesTheSecondTime(t *testing.T) {
 			t.Fatalf("%s once: %d targets, want the 2 kept", empty.name, n)
 		}
 		// A failed lookup between the two does not count (nor reset the first).
-		d.servfail.Store(true)
+		d.ServFail.Store(true)
 		disc.refreshOnce()
-		d.servfail.Store(false)
+		d.ServFail.Store(false)
 		if n := len(s.Targets()); n != 2 {
 			t.Fatalf("%s then SERVFAIL: %d targets, want 2", empty.name, n)
 		}
@@ -340,13 +341,13 @@ func TestDiscoveryEmptyAnswerAppliesTheSecondTime(t *testing.T) {
 		}
 	}
 	// One empty answer between two full ones is ignored.
-	d.set("api.test", "127.0.0.2", "127.0.0.3")
+	d.Set("api.test", "127.0.0.2", "127.0.0.3")
 	disc.refreshOnce()
-	d.set("api.test")
+	d.Set("api.test")
 	disc.refreshOnce()
-	d.set("api.test", "127.0.0.3")
+	d.Set("api.test", "127.0.0.3")
 	disc.refreshOnce()
-	d.set("api.test")
+	d.Set("api.test")
 	disc.refreshOnce()
 	if got := addrsOf(s); len(got) != 1 || !strings.HasPrefix(got[0], "127.0.0.3:") {
 		t.Fatalf("empty, full, empty: %v, want the full answer's one address", got)
@@ -355,7 +356,7 @@ func TestDiscoveryEmptyAnswerAppliesTheSecondTime(t *testing.T) {
 
 func TestDiscoveryNameNotResolvingAtStart(t *testing.T) {
 	farm := newLoopbackFarm(t, 1)
-	d := newDNSServer(t)
+	d := dnstest.New(t)
 	s := discoveredSet(t, d, farm.entry("late.test"), 100*time.Millisecond, nil)
 	if n := len(s.Targets()); n != 0 {
 		t.Fatalf("%d targets for a name that does not resolve", n)
@@ -363,7 +364,7 @@ func TestDiscoveryNameNotResolvingAtStart(t *testing.T) {
 	if got := metricValue(s, `toron_upstream_targets{route="api"}`); got != "0" {
 		t.Fatalf("toron_upstream_targets = %q, want 0", got)
 	}
-	d.set("late.test", "127.0.0.2")
+	d.Set("late.test", "127.0.0.2")
 	testnet.Eventually(t, "the name resolves and serves", func() bool {
 		ip, err := send(s)
 		return err == nil && ip == "127.0.0.2"
@@ -372,8 +373,8 @@ func TestDiscoveryNameNotResolvingAtStart(t *testing.T) {
 
 func TestDiscoveryPerAddressHealth(t *testing.T) {
 	farm := newLoopbackFarm(t, 3)
-	d := newDNSServer(t)
-	d.set("api.test", "127.0.0.2", "127.0.0.3", "127.0.0.4")
+	d := dnstest.New(t)
+	d.Set("api.test", "127.0.0.2", "127.0.0.3", "127.0.0.4")
 	s := discoveredSet(t, d, farm.entry("api.test"), time.Hour, func(c *Config) {
 		c.Passive = PassiveConfig{ConsecutiveFailures: 2, EjectTime: time.Minute, MaxEjectedPercent: 50}
 		// Round robin keeps sending the bad address its share until it is ejected; p2c would
@@ -397,12 +398,12 @@ func TestDiscoveryPerAddressHealth(t *testing.T) {
 
 func TestDiscoveryReloadKeepsState(t *testing.T) {
 	farm := newLoopbackFarm(t, 3)
-	d := newDNSServer(t)
-	d.set("api.test", "127.0.0.2", "127.0.0.3")
+	d := dnstest.New(t)
+	d.Set("api.test", "127.0.0.2", "127.0.0.3")
 	entry := farm.entry("api.test")
 	ms := metrics.NewSet()
 	cfg := Config{Route: "api", Targets: []TargetConfig{{Addr: entry, Discover: true}}, DiscoveryRefresh: time.Hour,
-		Lookup: NewDNSLookup(d.addr), OnTarget: attachHTTPPool, Metrics: ms,
+		Lookup: NewDNSLookup(d.Addr), OnTarget: attachHTTPPool, Metrics: ms,
 		Passive: PassiveConfig{ConsecutiveFailures: 1, EjectTime: time.Hour, MaxEjectedPercent: 50}}
 	old, err := NewSet(cfg, nil)
 	if err != nil {
@@ -425,7 +426,7 @@ func TestDiscoveryReloadKeepsState(t *testing.T) {
 	}
 
 	// The name changes meanwhile; the reload's immediate lookup finds it.
-	d.set("api.test", "127.0.0.2", "127.0.0.3", "127.0.0.4")
+	d.Set("api.test", "127.0.0.2", "127.0.0.3", "127.0.0.4")
 	cfg.Targets[0].Weight = 3
 	next, err := NewSet(cfg, old)
 	if err != nil {
@@ -458,11 +459,11 @@ func TestDiscoveryReloadKeepsState(t *testing.T) {
 }
 
 func TestDiscoveryLookupErrorsClassified(t *testing.T) {
-	d := newDNSServer(t)
-	lookup := NewDNSLookup(d.addr)
+	d := dnstest.New(t)
+	lookup := NewDNSLookup(d.Addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	d.set("v6.test", "::1", "127.0.0.9")
+	d.Set("v6.test", "::1", "127.0.0.9")
 	got, err := LookupEntry(ctx, lookup, "v6.test:8080")
 	if err != nil || strings.Join(got, ",") != "127.0.0.9:8080,[::1]:8080" {
 		t.Fatalf("A and AAAA: %v %v", got, err)
@@ -470,11 +471,11 @@ func TestDiscoveryLookupErrorsClassified(t *testing.T) {
 	if _, err := lookup(ctx, "missing.test"); !IsEmptyAnswer(err) {
 		t.Fatalf("NXDOMAIN is an empty answer, got %v", err)
 	}
-	d.set("empty.test")
+	d.Set("empty.test")
 	if _, err := lookup(ctx, "empty.test"); !IsEmptyAnswer(err) {
 		t.Fatalf("NOERROR without records is an empty answer, got %v", err)
 	}
-	d.servfail.Store(true)
+	d.ServFail.Store(true)
 	if _, err := lookup(ctx, "v6.test"); err == nil || IsEmptyAnswer(err) {
 		t.Fatalf("SERVFAIL is a failed lookup, got %v", err)
 	}

@@ -1,4 +1,6 @@
-package upstream
+// Package dnstest is a real DNS server on loopback for tests (DNS discovery, SPEC 13): it
+// answers A and AAAA queries from records the test changes. Only tests import it.
+package dnstest
 
 import (
 	"net"
@@ -11,37 +13,41 @@ import (
 	"github.com/miekg/dns"
 )
 
-// dnsServer is a real DNS server on loopback (UDP) answering A and AAAA queries from records
+// Server is a real DNS server on loopback (UDP) answering A and AAAA queries from records
 // the test changes: a known name with no addresses answers NOERROR without records, an unknown
 // name NXDOMAIN, and with servfail set every query SERVFAIL.
-type dnsServer struct {
-	addr     string
-	srv      *dns.Server
-	mu       sync.Mutex
-	records  map[string][]netip.Addr // fully qualified, lower case
-	servfail atomic.Bool
-	queries  atomic.Int64
+type Server struct {
+	// Addr is the server's "127.0.0.1:port" (UDP), what server.resolver names.
+	Addr    string
+	srv     *dns.Server
+	mu      sync.Mutex
+	records map[string][]netip.Addr // fully qualified, lower case
+	// ServFail, when set, answers every query SERVFAIL.
+	ServFail atomic.Bool
+	// Queries counts the queries answered.
+	Queries  atomic.Int64
 	stopOnce sync.Once
 }
 
-// newDNSServer starts a server; t's cleanup stops it.
-func newDNSServer(t *testing.T) *dnsServer {
+// New starts a server; t's cleanup stops it.
+func New(t testing.TB) *Server {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &dnsServer{addr: pc.LocalAddr().String(), records: map[string][]netip.Addr{}}
+	d := &Server{Addr: pc.LocalAddr().String(), records: map[string][]netip.Addr{}}
 	started := make(chan struct{})
 	d.srv = &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(d.serve), NotifyStartedFunc: func() { close(started) }}
 	go func() { _ = d.srv.ActivateAndServe() }()
 	<-started
-	t.Cleanup(d.stop)
+	t.Cleanup(d.Stop)
 	return d
 }
 
-// set gives name (without the final dot) these addresses; none means NOERROR without records.
-func (d *dnsServer) set(name string, addrs ...string) {
+// Set gives name (without the final dot) these addresses; none means NOERROR without
+// records.
+func (d *Server) Set(name string, addrs ...string) {
 	list := make([]netip.Addr, 0, len(addrs))
 	for _, a := range addrs {
 		list = append(list, netip.MustParseAddr(a))
@@ -51,25 +57,26 @@ func (d *dnsServer) set(name string, addrs ...string) {
 	d.mu.Unlock()
 }
 
-// remove makes name unknown: NXDOMAIN.
-func (d *dnsServer) remove(name string) {
+// Remove makes name unknown: NXDOMAIN.
+func (d *Server) Remove(name string) {
 	d.mu.Lock()
 	delete(d.records, dns.Fqdn(strings.ToLower(name)))
 	d.mu.Unlock()
 }
 
-// stop shuts the server down: queries are then refused by the kernel (a failed lookup).
-func (d *dnsServer) stop() {
+// Stop shuts the server down: queries are then refused by the kernel (a failed lookup).
+func (d *Server) Stop() {
 	d.stopOnce.Do(func() { _ = d.srv.Shutdown() })
 }
 
-func (d *dnsServer) serve(w dns.ResponseWriter, q *dns.Msg) {
-	d.queries.Add(1)
+// serve answers one query.
+func (d *Server) serve(w dns.ResponseWriter, q *dns.Msg) {
+	d.Queries.Add(1)
 	m := new(dns.Msg)
 	m.SetReply(q)
 	m.Authoritative = true
 	m.RecursionAvailable = true
-	if d.servfail.Load() {
+	if d.ServFail.Load() {
 		m.Rcode = dns.RcodeServerFailure
 		_ = w.WriteMsg(m)
 		return
