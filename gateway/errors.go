@@ -67,6 +67,9 @@ var (
 		"502 Bad Gateway: upstream TLS handshake failed", false)
 	rejUpstreamBad = newRejection(fasthttp.StatusBadGateway, reasonUpstreamError,
 		"502 Bad Gateway: upstream response could not be read", false)
+	// rejNoTarget: the route has no target at the moment (DNS discovery found no address).
+	rejNoTarget = newRejection(fasthttp.StatusServiceUnavailable, reasonNoTarget,
+		"503 Service Unavailable: No upstream target", false)
 	rejExpectation = newRejection(fasthttp.StatusExpectationFailed, reasonBadRequest,
 		"417 Expectation Failed: only Expect: 100-continue is supported", false)
 	rejInternal = newRejection(fasthttp.StatusInternalServerError, reasonNone,
@@ -93,6 +96,8 @@ func admissionRejection(err error) *rejection {
 func upstreamRejection(err error) *rejection {
 	var dialErr *up.DialError
 	switch {
+	case errors.Is(err, up.ErrNoTarget):
+		return rejNoTarget
 	case errors.As(err, new(*up.TLSHandshakeError)):
 		return rejUpstreamTLS
 	case errors.Is(err, up.ErrPoolExhausted):

@@ -195,7 +195,7 @@ func (g *Gateway) checkSnapshot(cfg *conf.Config) error {
 		if err != nil {
 			return err
 		}
-		uc := upstreamConfig(rc, g.set, g.resolver.Dial, tlsCfg, g.onUpstreamEvent)
+		uc := upstreamConfig(rc, g.set, g.resolver.Dial, tlsCfg, g.onUpstreamEvent, nil, nil)
 		if err := uc.Validate(); err != nil {
 			return fmt.Errorf("gateway: route %q: %w", rc.Name, err)
 		}
@@ -220,6 +220,8 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, er
 		}
 	}
 	entries := make([]tableEntry, len(cfg.Routes))
+	// discover: dns entries are resolved through server.resolver (SPEC 13).
+	lookup := up.NewDNSLookup(cfg.Server.Resolver)
 	for i := range cfg.Routes {
 		rc := &cfg.Routes[i]
 		var prevSet *up.Set
@@ -237,12 +239,18 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, er
 			checkTLS = tlsCfg.Clone()
 			checkTLS.ServerName = rc.TLSServerName
 		}
-		set, err := up.NewSet(upstreamConfig(rc, g.set, g.resolver.Dial, checkTLS, g.onUpstreamEvent), prevSet)
+		// A target new to the route gets its pool before it can be picked: at NewSet, and when
+		// DNS discovery finds an address (on the discovery goroutine).
+		attach := func(t *up.Target) {
+			pp := targetPoolParams(rc, &cfg.Server, tlsCfg, t)
+			t.Attach(up.NewPool(pp, g.resolver.Dial, limits.NewWorkerPool(pp.MaxConns)))
+		}
+		set, err := up.NewSet(upstreamConfig(rc, g.set, g.resolver.Dial, checkTLS, g.onUpstreamEvent, lookup, attach), prevSet)
 		if err != nil {
 			return nil, fmt.Errorf("gateway: route %q: %w", rc.Name, err)
 		}
 		for _, t := range set.Targets() {
-			pp := poolParamsOf(rc, &cfg.Server, t.Addr(), up.TargetTLS(tlsCfg, rc.TLSServerName, t.Addr()))
+			pp := targetPoolParams(rc, &cfg.Server, tlsCfg, t)
 			cur, _ := t.Attached().(*up.Pool)
 			if cur != nil && cur.Params() == pp {
 				continue
@@ -255,7 +263,8 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, er
 			}
 		}
 		st := g.stats.get(rc.Name)
-		rt := &route{name: rc.Name, eff: rc.Effective, stats: st, set: set, conf: rc, server: &cfg.Server, host: set.Targets()[0].Addr()}
+		// The configured first entry: a discovered one may have no address at the moment.
+		rt := &route{name: rc.Name, eff: rc.Effective, stats: st, set: set, conf: rc, server: &cfg.Server, host: rc.Effective.Targets[0].Addr}
 		rt.rl = g.rateLimitOf(rc, st)
 		rt.rw, rt.tun = newRewrite(rc), g.tunnels.stats(rc)
 		rt.tls = tlsCfg

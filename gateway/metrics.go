@@ -58,6 +58,7 @@ const (
 	reasonAuthDenied
 	reasonAuthUnavailable
 	reasonAuthBusy
+	reasonNoTarget
 	numReasons
 )
 
@@ -83,6 +84,7 @@ var reasonNames = [numReasons]string{
 	reasonAuthDenied:       auth.ReasonDenied,
 	reasonAuthUnavailable:  auth.ReasonUnavailable,
 	reasonAuthBusy:         auth.ReasonBusy,
+	reasonNoTarget:         "no_target",
 }
 
 func (r reason) String() string { return reasonNames[r] }

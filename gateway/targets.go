@@ -4,6 +4,7 @@ package gateway
 
 import (
 	"crypto/tls"
+	"net"
 	"strings"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -21,13 +22,20 @@ import (
 // most 30 s), used by the checks as by requests; upstreamTLS is the route's upstream TLS
 // settings for https:// targets, nil for http://. onEvent logs the health changes (see
 // logUpstreamEvent). buildSnapshot calls it for every route it builds a Set for.
-func upstreamConfig(r *conf.Route, set *metrics.Set, dial up.DialFunc, upstreamTLS *tls.Config, onEvent func(up.Event)) up.Config {
+//
+// lookup resolves the route's discover: dns entries (server.resolver); onTarget attaches the
+// pool of every target the Set adds, at NewSet and when discovery finds an address.
+func upstreamConfig(r *conf.Route, set *metrics.Set, dial up.DialFunc, upstreamTLS *tls.Config, onEvent func(up.Event), lookup up.LookupFunc, onTarget func(*up.Target)) up.Config {
 	e := &r.Effective
 	cfg := up.Config{
-		Route:   r.Name,
-		Retries: e.Retries,
-		Metrics: set,
-		OnEvent: onEvent,
+		Route:            r.Name,
+		Retries:          e.Retries,
+		Metrics:          set,
+		OnEvent:          onEvent,
+		LatencyDecay:     e.LatencyDecay,
+		DiscoveryRefresh: e.DiscoveryRefresh,
+		Lookup:           lookup,
+		OnTarget:         onTarget,
 		Passive: up.PassiveConfig{
 			ConsecutiveFailures: e.PassiveHealth.ConsecutiveFailures,
 			EjectTime:           e.PassiveHealth.EjectTime,
@@ -36,9 +44,9 @@ func upstreamConfig(r *conf.Route, set *metrics.Set, dial up.DialFunc, upstreamT
 		},
 	}
 	for _, t := range e.Targets {
-		cfg.Targets = append(cfg.Targets, up.TargetConfig{Addr: t.Addr, Weight: t.Weight})
+		cfg.Targets = append(cfg.Targets, up.TargetConfig{Addr: t.Addr, Weight: t.Weight, Discover: t.Discover == conf.DiscoverDNS})
 	}
-	// conf accepted only these three spellings.
+	// conf accepted only these four spellings.
 	cfg.Balance, _ = up.ParseBalance(e.Balance)
 	if h := e.HealthCheck; h != nil {
 		cfg.Check = &up.CheckConfig{
@@ -75,6 +83,13 @@ func logUpstreamEvent(log *zap.Logger) func(up.Event) {
 			log.Info("an upstream target is eligible again: panic mode over", fields...)
 		}
 	}
+}
+
+// targetPoolParams returns the params of target t's pool on route r: its address, and its TLS
+// configuration verified under the route's tls_server_name, else the target's own name (the
+// entry's host for a discovered address, SPEC 13).
+func targetPoolParams(r *conf.Route, s *conf.Server, routeTLS *tls.Config, t *up.Target) up.PoolParams {
+	return poolParamsOf(r, s, t.Addr(), up.TargetTLS(routeTLS, r.TLSServerName, net.JoinHostPort(t.ServerName(), "0")))
 }
 
 // poolParamsOf returns the params of the pool of target addr of route r; tlsCfg is the

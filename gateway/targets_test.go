@@ -30,7 +30,7 @@ func TestUpstreamConfigFromRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	var r up.Resolver
-	ucfg := upstreamConfig(&cfg.Routes[0], metrics.NewSet(), r.Dial, nil, nil)
+	ucfg := upstreamConfig(&cfg.Routes[0], metrics.NewSet(), r.Dial, nil, nil, nil, nil)
 	if ucfg.Route != "api" || ucfg.Balance != up.RoundRobin || ucfg.Retries != 1 || len(ucfg.Targets) != 2 ||
 		ucfg.Targets[0] != (up.TargetConfig{Addr: "127.0.0.1:1", Weight: 3}) {
 		t.Errorf("config %+v", ucfg)

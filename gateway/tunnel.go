@@ -208,6 +208,12 @@ func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) 
 	// dial's 502).
 	ip := x.clientIPOf().As16()
 	x.upTarget = r.set.Pick(ip[:])
+	if x.upTarget == nil {
+		// DNS discovery found no address: nothing to dial.
+		g.writeRejection(ctx, x, rejNoTarget)
+		x.finish()
+		return
+	}
 	x.upAddr, x.upStatus = x.upTarget.Addr(), fasthttp.StatusBadGateway
 	uc, err := g.dialTunnel(r, x.upAddr)
 	if err != nil {

@@ -9,8 +9,9 @@
 // side are in package socket.
 //
 // The API the gateway calls: Set.Forward (pick a target, get a slot and a connection, write the
-// request, read the response head, retry what sent nothing), then Pool.Put (give the connection
-// back, reusable or not), Pool.Release (the slot) and Target.Done (the outcome).
+// request, read the response head, give the target its latency sample, retry what sent
+// nothing; ErrNoTarget when the route has no target), then Pool.Put (give the connection back,
+// reusable or not), Pool.Release (the slot) and Target.Done (the outcome).
 //
 // # Wiring a request (SPEC 3 step 9, SPEC 13)
 //
@@ -24,11 +25,17 @@
 //	for {
 //		t := set.Pick(clientIP, tried[:n]...) // in-flight +1 on t; nil: no other target left
 //		if t == nil {
+//			if n == 0 {
+//				// no target at all (DNS discovery found none): ErrNoTarget, the 503 no_target
+//			}
 //			break // answer with the last attempt's error (502)
 //		}
 //		tried[n] = t
 //		n++
 //		resp, err := exchange(t.Addr(), ...) // through t's connection pool (t.Attached())
+//		// The peak-EWMA sample (ewma.go), before Done: d from the last request byte written
+//		// to the response head (or to the failure; 0 if nothing was written).
+//		t.Observe(d, outcome)
 //		switch {
 //		case a refused or timed-out dial: // nothing was written: another target may take it
 //			t.Done(upstream.Failure, 502)
@@ -58,13 +65,17 @@
 // the body is copied after the handler returns, with the outcome its response head decided (an
 // upstream that aborts mid-body after a 200 head is a Success: SPEC 13 judges the head).
 // In-flight thus counts an attempt from Pick until its response body is done, which is what
-// p2c compares.
+// least_request compares and p2c multiplies its latency estimate by. A WebSocket tunnel picks
+// and calls Done but never Observe: its handshake says nothing of request latency.
 //
 // Per-target state the request path owns (the target's connection pool, bounded by
 // max_upstream_conns per target) is kept with Target.Attach: it survives a reload that keeps
 // the target and is closed (io.Closer) when the target leaves, possibly while requests are
-// still in flight on it (its Close must let them finish). After every NewSet, attach a pool to
-// each target whose Attached() is nil (new targets). Targets are dialed through a
+// still in flight on it (its Close must let them finish). Config.OnTarget attaches the pool of
+// each target the Set adds before it can be picked: at NewSet, and when DNS discovery finds an
+// address (discover.go: one goroutine per discovered entry, owned by the Set, stopped by Close
+// or by the NewSet that takes the Set over). After every NewSet the gateway also replaces the
+// pool of a target whose settings changed. Targets are dialed through a
 // shared *Resolver (Dial, or DialTimeout in fasthttp's shape), which resolves DNS names at
 // dial time.
 //
@@ -77,9 +88,10 @@
 //
 //	next, err := upstream.NewSet(cfg, prev) // prev: the serving Set of that route name, or nil
 //
-// Targets that stay (same host:port) keep their state: in-flight count, passive counters and
-// ejection, active-check state and running checker, metrics and the attached value (the
-// target's connection pool). Targets that go have their checker stopped, their metrics
+// Targets that stay (same host:port, a discovered address included) keep their state: in-flight
+// count, peak-EWMA estimate, passive counters and ejection, active-check state and running
+// checker, metrics and the attached value (the target's connection pool). A discovered entry
+// that stays takes its addresses over and is looked up again at once. Targets that go have their checker stopped, their metrics
 // unregistered and their attached value closed (io.Closer). After the call prev belongs to next:
 // requests in flight on prev still call Done on their targets, but prev.Close is a no-op. A route
 // that disappears from the table is ended with Close. NewSet only fails on a Config that conf

@@ -54,6 +54,14 @@ type Attempt struct {
 // the route's retries; once a byte of the request reached an upstream socket it is never sent
 // again. Every picked target is given its outcome (Done): here for a failed attempt, judged by
 // judge; by the caller for the one that answered. Every attempt failed: the last one's error.
+// A route without any target (DNS discovery found none) is ErrNoTarget, with no attempt.
+//
+// Each attempt gives its target its peak-EWMA sample (Target.Observe, SPEC 13) here: for the
+// one that answered, the time from the last request byte written to the response head (so a
+// long upload is not latency), judged by the head's status (a 502, 503 or 504 counts as at
+// least FailureSample); for a failed attempt the time waited since the last byte written (0
+// if nothing was), at least FailureSample when judge calls it the target's failure, nothing
+// when nobody's.
 func (s *Set) Forward(clientIP []byte, wait time.Duration, out *Outbound, req *fasthttp.Request, resp *fasthttp.Response, judge Judge) (Attempt, error) {
 	var tried [MaxRetries + 1]*Target
 	n := 0
@@ -62,6 +70,9 @@ func (s *Set) Forward(clientIP []byte, wait time.Duration, out *Outbound, req *f
 	for {
 		t := s.Pick(clientIP, tried[:n]...)
 		if t == nil {
+			if n == 0 {
+				return a, ErrNoTarget
+			}
 			return a, err // every eligible target was tried
 		}
 		tried[n] = t
@@ -77,11 +88,17 @@ func (s *Set) Forward(clientIP []byte, wait time.Duration, out *Outbound, req *f
 			var sentAt time.Time
 			c, sentAt, err = p.Exchange(out, req, resp)
 			if err == nil {
+				t.Observe(time.Since(sentAt), OutcomeOf(resp.StatusCode()))
 				a.Target, a.Pool, a.Conn, a.SentAt = t, p, c, sentAt
 				return a, nil
 			}
 			p.Release()
 			outcome, code := judge.AttemptOutcome(err)
+			var waited time.Duration
+			if !sentAt.IsZero() {
+				waited = time.Since(sentAt)
+			}
+			t.Observe(waited, outcome)
 			t.Done(outcome, code)
 			if !SentNothing(err) || outcome == Neutral {
 				return a, err
@@ -118,8 +135,9 @@ func PoolOf(t *Target) *Pool {
 //
 // A reused keep-alive connection that fails before any byte of the request reached its socket
 // is replaced once by a new connection to the same target (SPEC 13: not counted against
-// retries). It returns when the request was written (sentAt), for the header wait. On error
-// the connection is closed and c is nil.
+// retries). It returns when the request was written (sentAt), for the header wait and the
+// latency sample. On error the connection is closed and c is nil; sentAt is still when the
+// request was written, zero if it was not.
 func (p *Pool) Exchange(out *Outbound, req *fasthttp.Request, resp *fasthttp.Response) (c *Conn, sentAt time.Time, err error) {
 	for retried := false; ; retried = true {
 		c, reused, err := p.lend()
@@ -145,7 +163,7 @@ func (p *Pool) Exchange(out *Outbound, req *fasthttp.Request, resp *fasthttp.Res
 		if reused && !retried && c.written == 0 && c.socketWritten == 0 && !c.aborted.Load() {
 			continue
 		}
-		return nil, time.Time{}, err
+		return nil, sentAt, err
 	}
 }
 
