@@ -8,6 +8,7 @@ import (
 	"math/rand"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,26 +61,39 @@ func metricLine(g *Gateway, name string) string {
 }
 
 // TestRefusedTargetIsRetriedElsewhere: one target of three refuses connections; 60 requests
-// all answer 200 (each refused dial is retried on another target), and passive health ejects
-// the refused one, so it costs at most a few dials.
+// all answer 200 (each refused dial is retried on another target), and it costs at most a few
+// dials: round robin keeps feeding it its share until passive health ejects it; p2c samples
+// its first failure as 1 s (SPEC 13) and stops choosing it after that one dial.
 func TestRefusedTargetIsRetriedElsewhere(t *testing.T) {
-	a, b := namedUpstream(t, "a"), namedUpstream(t, "b")
-	dead := refusedAddr(t)
-	gw := startGateway(t, "", targetsRoute("/", []string{a.addr, dead, b.addr}, ""))
-	for i := 0; i < 60; i++ {
-		s, body, _, err := getStatus(gw.addr, "/x")
-		if err != nil || s != 200 || (body != "a" && body != "b") {
-			t.Fatalf("request %d: %d %q %v", i, s, body, err)
-		}
+	for _, balance := range []string{"round_robin", "p2c"} {
+		t.Run(balance, func(t *testing.T) {
+			a, b := namedUpstream(t, "a"), namedUpstream(t, "b")
+			dead := refusedAddr(t)
+			gw := startGateway(t, "", targetsRoute("/", []string{a.addr, dead, b.addr}, "balance: "+balance+"\n"))
+			for i := 0; i < 60; i++ {
+				s, body, _, err := getStatus(gw.addr, "/x")
+				if err != nil || s != 200 || (body != "a" && body != "b") {
+					t.Fatalf("request %d: %d %q %v", i, s, body, err)
+				}
+			}
+			retries := metricLine(gw.g, `toron_upstream_retries_total{route="/"}`)
+			if retries == "" || retries == "0" {
+				t.Errorf("toron_upstream_retries_total = %q, want the refused dials counted", retries)
+			}
+			dials := metricLine(gw.g, fmt.Sprintf(`toron_upstream_requests_total{route="/",target=%q,code="502"}`, dead))
+			switch balance {
+			case "round_robin":
+				if got := metricLine(gw.g, fmt.Sprintf(`toron_upstream_healthy{route="/",target=%q}`, dead)); got != "0" {
+					t.Errorf("the refused target's healthy gauge = %q, want 0 (ejected)", got)
+				}
+			case "p2c":
+				if n, _ := strconv.Atoi(dials); n < 1 || n > 3 {
+					t.Errorf("p2c dialed the refused target %s times in 60 sequential requests, want 1 to 3", dials)
+				}
+			}
+			waitIdle(t, gw.g)
+		})
 	}
-	retries := metricLine(gw.g, `toron_upstream_retries_total{route="/"}`)
-	if retries == "" || retries == "0" {
-		t.Errorf("toron_upstream_retries_total = %q, want the refused dials counted", retries)
-	}
-	if got := metricLine(gw.g, fmt.Sprintf(`toron_upstream_healthy{route="/",target=%q}`, dead)); got != "0" {
-		t.Errorf("the refused target's healthy gauge = %q, want 0 (ejected)", got)
-	}
-	waitIdle(t, gw.g)
 }
 
 // TestFailingTargetEjectedAndBack: a target that answers 503 is ejected after
