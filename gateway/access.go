@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"fmt"
 	"reflect"
 
@@ -38,8 +39,8 @@ type routeAuth struct {
 	// files says the checker read files at build (users_file, jwks_file): a reload re-reads
 	// them, so such a checker is never kept.
 	files bool
-	// scheme is the X-Forwarded-Proto of the listener, for forward auth.
-	scheme string
+	// forward says the checker is forward auth, which is told the client's scheme.
+	forward bool
 }
 
 // newRouteAuth builds the access control of route rc; nil when it has none. prev is the
@@ -50,7 +51,7 @@ func (g *Gateway) newRouteAuth(rc *conf.Route, prev *routeAuth) (*routeAuth, err
 	if e.Access == nil && e.Auth == nil {
 		return nil, nil
 	}
-	ra := &routeAuth{scheme: string(g.proto), cfg: e.Auth}
+	ra := &routeAuth{cfg: e.Auth}
 	if a := e.Access; a != nil {
 		allow, err := conf.ParsePrefixes(a.Allow)
 		if err != nil {
@@ -67,7 +68,7 @@ func (g *Gateway) newRouteAuth(rc *conf.Route, prev *routeAuth) (*routeAuth, err
 		return ra, nil
 	}
 	if prev != nil && prev.checker != nil && !prev.files && reflect.DeepEqual(prev.cfg, a) {
-		ra.checker = prev.checker
+		ra.checker, ra.forward = prev.checker, prev.forward
 		return ra, nil
 	}
 	var err error
@@ -86,6 +87,7 @@ func (g *Gateway) newRouteAuth(rc *conf.Route, prev *routeAuth) (*routeAuth, err
 			OnError: func(err error) { g.log.Warn("JWKS fetch failed", zap.String("route", name), zap.Error(err)) },
 		})
 	case a.Forward != nil:
+		ra.forward = true
 		f := a.Forward
 		ra.checker, err = auth.NewForward(auth.ForwardOptions{URL: f.URL, Timeout: f.Timeout, MaxConcurrency: f.MaxConcurrency,
 			RequestHeaders: f.RequestHeaders, UpstreamHeaders: f.UpstreamHeaders})
@@ -145,7 +147,19 @@ func (g *Gateway) authorize(h *fasthttp.RequestHeader, x *exchange, ra *routeAut
 	if ra == nil || ra.checker == nil {
 		return true
 	}
-	x.authIn = auth.Input{Header: h, ClientIP: x.clientIP, Scheme: ra.scheme}
+	x.authIn = auth.Input{Header: h, ClientIP: x.clientIP}
+	if ra.forward {
+		// The listener's scheme (g.proto is protoHTTP or protoHTTPS), or the one a trusted
+		// proxy in front says the client used (SPEC 16), as the upstream request's
+		// X-Forwarded-Proto does.
+		x.authIn.Scheme = "http"
+		if bytes.Equal(g.proto, protoHTTPS) {
+			x.authIn.Scheme = "https"
+		}
+		if v := h.PeekBytes(hdrXForwardedProto); x.trustedPeer && len(v) > 0 {
+			x.authIn.Scheme = string(v)
+		}
+	}
 	// The verdict lives in the exchange: a local whose address goes to an interface method
 	// would be allocated on every request.
 	x.authVerdict = ra.checker.Check(&x.authIn)

@@ -247,7 +247,7 @@ func authService(t *testing.T, mode *atomic.Value) string {
 			w.WriteHeader(302)
 			io.WriteString(w, "to the login page")
 		default:
-			w.Header().Set("X-User", "alice:"+r.Header.Get("X-Forwarded-Method")+":"+r.Header.Get("X-Forwarded-Host"))
+			w.Header().Set("X-User", "alice:"+r.Header.Get("X-Forwarded-Method")+":"+r.Header.Get("X-Forwarded-Host")+":"+r.Header.Get("X-Forwarded-Proto"))
 			w.WriteHeader(200)
 		}
 	})}
@@ -264,7 +264,7 @@ func TestForwardAuthRoute(t *testing.T) {
 	gw := startGateway(t, "", upstreamRoute("/f", up.addr, fmt.Sprintf("auth: {forward: {url: \"http://%s/verify\", timeout: 300ms, upstream_headers: [X-User]}}", svc))+
 		upstreamRoute("/api", up.addr, ""))
 	resp, _ := authGet(t, gw.addr, "/f/x", "X-User", "forged")
-	if resp.StatusCode != 200 || up.lastRequest().Header.Get("X-User") != "alice:GET:"+gw.addr {
+	if resp.StatusCode != 200 || up.lastRequest().Header.Get("X-User") != "alice:GET:"+gw.addr+":http" {
 		t.Errorf("admitted: %d X-User %q", resp.StatusCode, up.lastRequest().Header.Values("X-User"))
 	}
 	mode.Store("login")
@@ -425,4 +425,26 @@ func TestWrongPasswordFloodKeepsOtherRoutes(t *testing.T) {
 		t.Errorf("slowest /api or cached request during the flood: %s", worst)
 	}
 	t.Logf("flood answers %v; slowest other request %s", count, worst)
+}
+
+// TestForwardAuthTrustedProto: behind a trusted proxy, the auth service gets the scheme the
+// proxy says the client used; from an untrusted peer, the listener's.
+func TestForwardAuthTrustedProto(t *testing.T) {
+	up := startUpstream(t, nil)
+	var mode atomic.Value
+	mode.Store("ok")
+	svc := authService(t, &mode)
+	route := upstreamRoute("/f", up.addr, fmt.Sprintf("auth: {forward: {url: \"http://%s/\", upstream_headers: [X-User]}}", svc))
+	for _, c := range []struct {
+		server, want string
+	}{
+		{"trusted_proxies: [127.0.0.1]\n", "https"},
+		{"trusted_proxies: [10.0.0.0/8]\n", "http"},
+	} {
+		gw := startGateway(t, c.server, route)
+		resp, _ := authGet(t, gw.addr, "/f/x", "X-Forwarded-Proto", "https")
+		if got := up.lastRequest().Header.Get("X-User"); resp.StatusCode != 200 || !strings.HasSuffix(got, ":"+c.want) {
+			t.Errorf("%s: %d, the auth service saw %q, want the scheme %s", c.server, resp.StatusCode, got, c.want)
+		}
+	}
 }
