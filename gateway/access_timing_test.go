@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -88,24 +87,7 @@ func BenchmarkAuthPaired(b *testing.B) {
 			plain := startGatewayB(b, "", upstreamRoute("/api", up, ""), false)
 			feat := startGatewayB(b, "", upstreamRoute("/api", up, v.route), false)
 			send := []func() time.Duration{authPairedClient(b, plain.addr, v.header, v.value), authPairedClient(b, feat.addr, v.header, v.value)}
-			lat := [2][]time.Duration{make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				first := i & 1
-				lat[first] = append(lat[first], send[first]())
-				lat[1-first] = append(lat[1-first], send[1-first]())
-			}
-			b.StopTimer()
-			var sum [2]time.Duration
-			for j := range lat {
-				for _, d := range lat[j] {
-					sum[j] += d
-				}
-				slices.Sort(lat[j])
-			}
-			b.ReportMetric(float64(lat[1][len(lat[1])/2])/float64(lat[0][len(lat[0])/2]), "ratio-median")
-			b.ReportMetric(float64(sum[1])/float64(sum[0]), "ratio-sum")
+			measurePaired(b, send)
 		})
 	}
 }

@@ -137,31 +137,37 @@ func BenchmarkClientIdentityPaired(b *testing.B) {
 			feat := startGatewayB(b, v.server, upstreamRoute("/api", up, v.route), false)
 			// Both get the same request bytes; only the gateway differs.
 			send := []func() time.Duration{pairedClient(b, plain.addr, v.xff, nil), pairedClient(b, feat.addr, v.xff, v.header)}
-			lat := [2][]time.Duration{make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				// Alternate which goes first, so that neither always follows the other.
-				first := i & 1
-				lat[first] = append(lat[first], send[first]())
-				lat[1-first] = append(lat[1-first], send[1-first]())
-			}
-			b.StopTimer()
-			var sum [2]time.Duration
-			for j := range lat {
-				for _, d := range lat[j] {
-					sum[j] += d
-				}
-				slices.Sort(lat[j])
-			}
-			b.ReportMetric(float64(lat[1][len(lat[1])/2])/float64(lat[0][len(lat[0])/2]), "ratio-median")
-			b.ReportMetric(float64(sum[1])/float64(sum[0]), "ratio-sum")
+			measurePaired(b, send)
 		})
 	}
 }
 
 // pairedClient returns a function sending one small GET on a keep-alive connection to addr and
 // returning its latency.
+// measurePaired sends b.N requests with each of send, alternating which goes first so that
+// neither always follows the other, and reports the second's latency over the first's: the
+// ratio of the medians and of the sums.
+func measurePaired(b *testing.B, send []func() time.Duration) {
+	lat := [2][]time.Duration{make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		first := i & 1
+		lat[first] = append(lat[first], send[first]())
+		lat[1-first] = append(lat[1-first], send[1-first]())
+	}
+	b.StopTimer()
+	var sum [2]time.Duration
+	for j := range lat {
+		for _, d := range lat[j] {
+			sum[j] += d
+		}
+		slices.Sort(lat[j])
+	}
+	b.ReportMetric(float64(lat[1][len(lat[1])/2])/float64(lat[0][len(lat[0])/2]), "ratio-median")
+	b.ReportMetric(float64(sum[1])/float64(sum[0]), "ratio-sum")
+}
+
 func pairedClient(b *testing.B, addr, xff string, header []byte) func() time.Duration {
 	hc := &fasthttp.HostClient{Addr: addr, MaxConns: 1}
 	if header != nil {

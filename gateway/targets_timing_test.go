@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"slices"
 	"testing"
 	"time"
 )
@@ -17,19 +16,7 @@ func BenchmarkTargetsPaired(b *testing.B) {
 			one := startGatewayB(b, "", targetsRoute("/api", ups[:1], "balance: "+balance), false)
 			three := startGatewayB(b, "", targetsRoute("/api", ups, "balance: "+balance), false)
 			send := []func() time.Duration{pairedClient(b, one.addr, "", nil), pairedClient(b, three.addr, "", nil)}
-			lat := [2][]time.Duration{make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				first := i & 1
-				lat[first] = append(lat[first], send[first]())
-				lat[1-first] = append(lat[1-first], send[1-first]())
-			}
-			b.StopTimer()
-			for j := range lat {
-				slices.Sort(lat[j])
-			}
-			b.ReportMetric(float64(lat[1][len(lat[1])/2])/float64(lat[0][len(lat[0])/2]), "ratio-median")
+			measurePaired(b, send)
 		})
 	}
 }
