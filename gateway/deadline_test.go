@@ -408,13 +408,20 @@ func TestSteadyUpstreamReaderBehindFullBufferNotCut(t *testing.T) {
 	// At most about 1 MB/s: longer than the window per drained half buffer.
 	up := startUpstream(t, steadyReader(32<<10, 30*time.Millisecond))
 	gw := startGateway(t, "", upstreamRoute("/up", up.addr, "max_body_bytes: 64MiB\nwrite_timeout: 1s\nread_timeout: 30s"))
-	resp, err := http.Post("http://"+gw.addr+"/up/x", "application/octet-stream", strings.NewReader(strings.Repeat("s", size)))
+	postWhole(t, "a steady upstream reader", "http://"+gw.addr+"/up/x", size)
+}
+
+// postWhole POSTs size bytes to url and fails the test unless the answer is a 200 whose body
+// is the byte count (steadyReader's); who names the upstream in the failure.
+func postWhole(t *testing.T, who, url string, size int) {
+	t.Helper()
+	resp, err := http.Post(url, "application/octet-stream", strings.NewReader(strings.Repeat("s", size)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 200 || string(b) != fmt.Sprint(size) {
-		t.Fatalf("a steady upstream reader got %d %s, want 200 %d", resp.StatusCode, b, size)
+		t.Fatalf("%s got %d %s, want 200 %d", who, resp.StatusCode, b, size)
 	}
 }

@@ -387,15 +387,7 @@ func TestTLSSteadyUpstreamReaderBehindFullBufferNotCut(t *testing.T) {
 	upCert, _, _ := pki.IssueFiles(t, "up", "127.0.0.1")
 	addr := startTLSUpstream(t, upCert, steadyReader(16<<10, 15*time.Millisecond)) // at most about 1 MB/s
 	gw := startGateway(t, "", fmt.Sprintf("- type: upstream\n  prefix: /up\n  target: https://%s\n  tls_ca_file: %s\n  max_body_bytes: 64MiB\n  write_timeout: 500ms\n  read_timeout: 30s\n", addr, pki.CAFile))
-	resp, err := http.Post("http://"+gw.addr+"/up/x", "application/octet-stream", strings.NewReader(strings.Repeat("s", size)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 || string(b) != fmt.Sprint(size) {
-		t.Fatalf("a steady TLS upstream reader got %d %s, want 200 %d", resp.StatusCode, b, size)
-	}
+	postWhole(t, "a steady TLS upstream reader", "http://"+gw.addr+"/up/x", size)
 }
 
 // TestTunnelOverUpstreamTLS: a WebSocket upgrade to an https:// target goes through the route's
