@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,8 +44,11 @@ func NewHashLimiter(n int, wait time.Duration) *HashLimiter {
 	return &HashLimiter{slots: make(chan struct{}, max(1, n)), wait: wait}
 }
 
-// sharedHashLimiter is the process's limiter: GOMAXPROCS slots (SPEC 19), BasicHashWait.
-var sharedHashLimiter = NewHashLimiter(runtime.GOMAXPROCS(0), BasicHashWait)
+// sharedHashLimiter is the process's limiter: GOMAXPROCS slots (SPEC 19), BasicHashWait. It
+// is sized on first use, after main has settled GOMAXPROCS (procs.go may raise it at start).
+var sharedHashLimiter = sync.OnceValue(func() *HashLimiter {
+	return NewHashLimiter(runtime.GOMAXPROCS(0), BasicHashWait)
+})
 
 // acquire takes a slot, waiting at most l.wait; false means none freed up.
 func (l *HashLimiter) acquire() bool {
@@ -129,7 +133,7 @@ func NewBasic(o BasicOptions) (*Basic, error) {
 		cache:     newCache[[sha256.Size]byte, struct{}](BasicCacheMaxEntries),
 	}
 	if b.limiter == nil {
-		b.limiter = sharedHashLimiter
+		b.limiter = sharedHashLimiter()
 	}
 	if b.ttl <= 0 {
 		b.ttl = BasicCacheTTL
