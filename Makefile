@@ -6,7 +6,7 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 FUZZTIME  ?= 30s
 PKGS      := ./...
 
-.PHONY: help build run test vet deps lint fuzz bench bench-ab bench-go bench-compare bench-slowloris bench-upload bench-slow-target bench-tunnel bench-tls loadtest clean
+.PHONY: help build run test vet deps lint fuzz bench bench-ab bench-go bench-compare bench-slowloris bench-upload bench-slow-target bench-tunnel bench-tls bench-idle loadtest clean
 
 help: #? list the targets
 	@grep -E '^[a-z-]+:.*#\?' $(MAKEFILE_LIST) | sed -E 's/:.*#\?/\t/' | sort
@@ -59,6 +59,9 @@ bench-tunnel: build #? WebSocket tunnels: echo through a tunnel vs a TCP relay, 
 
 bench-tls: build #? TLS keep-alive CPU/request and new TLS 1.3 connections/s, Toron vs nginx on one ECDSA P-256 cert (installs wrk, nginx)
 	bash scripts/bench-tls.sh
+
+bench-idle: build #? memory per idle keep-alive connection: Toron, a bare fasthttp server, nginx, HAProxy, and over TLS Toron and nginx (CONNS=10000; installs nginx, haproxy)
+	bash scripts/bench-idle.sh
 
 SCENARIO ?= small-get
 loadtest: build #? one load-test scenario: make loadtest SCENARIO=small-get|upload|isolation|slow-client|slow-target|tunnel|tls-silent

@@ -74,6 +74,12 @@ type options struct {
 	tunnels     int
 	tunnelBytes int64
 	silentConns int // tls-silent: silent TLS connections held at once
+
+	pid       int    // idle: the server process to measure
+	tlsTarget string // idle: host:port of a TLS listener to measure instead of -target
+
+	bareStream        bool   // bare-server: StreamRequestBody, as Toron's server needs it
+	certFile, keyFile string // bare-server: serve TLS with this pair
 }
 
 // errMissed is returned by a scenario that ran but missed its target.
@@ -86,7 +92,7 @@ func main() {
 	peers := fs.String("peers", "toron,nginx,haproxy", "isolation: the servers measured in the same interleaved rounds, comma-separated: toron, nginx, haproxy (loadtest/peers/)")
 	fs.StringVar(&o.nginx, "nginx", "nginx", "nginx binary for -peers nginx")
 	fs.StringVar(&o.haproxy, "haproxy", "haproxy", "haproxy binary for -peers haproxy")
-	fs.StringVar(&o.scenario, "scenario", "", "small-get, upload, isolation, slow-client, slow-target, tunnel, tls-silent; helpers: upstream, probe, ws-echo")
+	fs.StringVar(&o.scenario, "scenario", "", "small-get, upload, isolation, slow-client, slow-target, tunnel, tls-silent, idle; helpers: upstream, probe, ws-echo, bare-server")
 	fs.StringVar(&o.out, "out", "out/loadtest", "folder for the plots, tables and the gateway's log")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of each measured phase")
 	fs.StringVar(&o.target, "target", "", "measure this running server (base URL on 127.0.0.1; for upload the full URL) instead of starting the gateway")
@@ -119,6 +125,11 @@ func main() {
 	fs.IntVar(&o.tunnels, "tunnels", 2000, "tunnel: idle WebSocket tunnels held open for the memory and /api p99 measurements")
 	fs.Int64Var(&o.tunnelBytes, "tunnel-bytes", 64<<20, "tunnel: bytes each echo connection sends (and reads back) per round")
 	fs.IntVar(&o.silentConns, "silent-conns", 1000, "tls-silent: TCP connections to the TLS listener that never send a ClientHello, held at once")
+	fs.IntVar(&o.pid, "pid", 0, "idle: pid of the server whose RSS is measured (its children are added)")
+	fs.StringVar(&o.tlsTarget, "tls-target", "", "idle: host:port of a TLS listener on 127.0.0.1 to measure instead of -target")
+	fs.BoolVar(&o.bareStream, "bare-stream", true, "bare-server: StreamRequestBody on (as Toron's server needs it for streamed uploads)")
+	fs.StringVar(&o.certFile, "cert", "", "bare-server: PEM certificate file: serve TLS")
+	fs.StringVar(&o.keyFile, "key", "", "bare-server: PEM key file of -cert")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
@@ -140,7 +151,7 @@ func main() {
 }
 
 // scenarios are the values of -scenario.
-var scenarios = []string{"small-get", "upload", "isolation", "slow-client", "slow-target", "tls-silent", "upstream", "probe", "naive-proxy", "tcp-relay", "tunnel", "ws-echo", "ws-upstream"}
+var scenarios = []string{"small-get", "upload", "isolation", "slow-client", "slow-target", "tls-silent", "upstream", "probe", "naive-proxy", "tcp-relay", "tunnel", "ws-echo", "ws-upstream", "idle", "bare-server"}
 
 func (o *options) validate() error {
 	if !slices.Contains(scenarios, o.scenario) {
@@ -216,6 +227,10 @@ func run(o options) error {
 		return wsEchoClient(o)
 	case "ws-upstream":
 		return serveWSUpstream(o)
+	case "idle":
+		return idleConns(o)
+	case "bare-server":
+		return serveBareServer(o)
 	}
 	panic("BUG: loadtest: scenario " + o.scenario + " passed validation but has no runner")
 }
