@@ -42,7 +42,7 @@ func accessExchange(t testing.TB, core func(*LogSink) zapcore.Core) (*Gateway, *
 	}
 	_, server := testnet.Pair(t)
 	cc := &clientConn{Conn: server}
-	x := &cc.x
+	x := cc.ex()
 	x.conn, x.g, x.stats = cc, g, g.none
 	return g, x
 }

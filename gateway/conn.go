@@ -48,11 +48,13 @@ func (l *listener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	cc := &clientConn{Conn: c, ln: l, activeAt: time.Now()}
-	cc.x.conn = cc
 	cc.windowBelow = socket.AttachWriteWindow(c, &cc.writeWin, nil) // TLS: the window runs below it
 	_, cc.unshaken = c.(interface{ ConnectionState() tls.ConnectionState })
 	if !cc.windowBelow {
 		cc.raw = socket.NewRawPath(c, &cc.rawCount)
+		if cc.raw != nil {
+			cc.raw.Written = cc.pendingWritten
+		}
 	}
 	// The first request's line and headers must arrive within read_timeout of the accept.
 	_ = cc.SetReadDeadline(cc.activeAt.Add(l.g.snap.Load().cfg.Server.ReadTimeout))
@@ -106,7 +108,10 @@ type clientConn struct {
 	net.Conn
 	ln *listener
 
-	x exchange
+	// x is the exchange of the request in progress: taken from exchangePool when a request
+	// begins (ex) and given back when the connection goes idle (onConnState), so that an idle
+	// keep-alive connection holds none of its buffers (SPEC 22). Whoever swaps it out owns it.
+	x atomic.Pointer[exchange]
 
 	linger atomic.Bool
 	closed atomic.Bool
@@ -207,6 +212,15 @@ func (c *clientConn) claimPending() *[]byte {
 	return c.pending
 }
 
+// pendingWritten gives the response end back to the pool as soon as the read that writes it
+// has written it whole, before that read waits for the next request (socket.RawPath.Written):
+// an idle connection holds no copy of its last response.
+func (c *clientConn) pendingWritten() {
+	b := c.pending
+	c.pending = nil
+	releasePending(b)
+}
+
 func releasePending(b *[]byte) {
 	*b = (*b)[:0]
 	pendingPool.Put(b)
@@ -289,10 +303,29 @@ func (c *clientConn) Write(p []byte) (int, error) {
 func (c *clientConn) readWithPending(p []byte) (int, error) {
 	r := c.raw
 	err := r.WriteRead(p, &c.hasPending)
+	if err != nil || !r.Released || r.Partial {
+		return c.readWithPendingRest(p, err)
+	}
+	// The common case: the response end was written whole and its buffer given back before
+	// the wait (pendingWritten).
+	if r.Err == nil && !c.bodyPhase {
+		c.headBytes += int64(r.N)
+	}
+	return r.N, r.Err
+}
+
+// readWithPendingRest is readWithPending's less common ends: a wait that failed, bytes the
+// callback never claimed (a deadline already past), a socket that took only part of them.
+//
+//go:noinline
+func (c *clientConn) readWithPendingRest(p []byte, err error) (int, error) {
+	r := c.raw
 	rest := r.Pending
 	r.Pending = nil
 	if r.Claimed {
-		defer releasePending(c.pending)
+		if !r.Released {
+			defer releasePending(c.pending)
+		}
 	} else if b := c.claimPending(); b != nil {
 		// The callback never ran: the bytes are still to be written.
 		defer releasePending(b)
@@ -335,7 +368,11 @@ func (c *clientConn) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	c.x.abandon()
+	// Not back to the pool: a tunnel that ends with this Close still reads its exchange, and a
+	// Close on another goroutine (a shutdown) must not hand a live one to a new request.
+	if x := c.x.Swap(nil); x != nil {
+		x.abandon()
+	}
 	if !c.tail.TryLock() {
 		// The connection's goroutine is writing the rest of a response end: close after it.
 		go func() {
@@ -397,6 +434,7 @@ func (g *Gateway) onConnState(c net.Conn, state fasthttp.ConnState) {
 	case fasthttp.StateIdle:
 		cc.bodyPhase = false
 		cc.headBytes = 0
+		cc.releaseExchange()
 		// The response was just written: the end of its last write is now, give or take the
 		// microseconds since, and saves a clock read. A pipelined request whose answer is still
 		// buffered has no such write yet, and a response end that waits for the next read
@@ -444,6 +482,40 @@ func (c *clientConn) SetDeadline(t time.Time) error {
 	c.readWin.Armed(t)
 	c.writeWin.Armed(t)
 	return c.Conn.SetDeadline(t)
+}
+
+// exchangePool holds the exchanges of connections between requests: a busy connection takes
+// one back at each request without an allocation, an idle one holds none (SPEC 22).
+var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
+
+// ex returns the exchange of the request in progress, taking one from the pool when the
+// connection has none (its first request, or the first since it went idle). Only the
+// connection's own goroutine calls it.
+func (c *clientConn) ex() *exchange {
+	if x := c.x.Load(); x != nil {
+		return x
+	}
+	x := exchangePool.Get().(*exchange)
+	x.conn = c
+	c.x.Store(x)
+	return x
+}
+
+// releaseExchange gives the exchange back to the pool when the connection goes idle: its
+// request has finished (a request fasthttp answered without our handler is finished now),
+// and its buffers serve the next request of any connection.
+func (c *clientConn) releaseExchange() {
+	x := c.x.Swap(nil)
+	if x == nil {
+		return
+	}
+	if x.active.Load() {
+		x.finish()
+	}
+	x.conn = nil
+	x.curCtx = nil
+	x.snap, x.route, x.stats = nil, nil, nil
+	exchangePool.Put(x)
 }
 
 // connOf returns the clientConn of a request. Every connection the gateway serves comes from

@@ -20,7 +20,7 @@ func TestCloseWithResponseEndWaitingNeverBlocks(t *testing.T) {
 	tg := startGateway(t, "write_timeout: 2s\n", "")
 	client, server := testnet.Pair(t)
 	cc := &clientConn{Conn: server, ln: newListener(nil, tg.g), activeAt: time.Now()}
-	cc.x.conn = cc
+	cc.ex()
 	cc.raw = socket.NewRawPath(server, &cc.rawCount)
 	if cc.raw == nil {
 		t.Fatal("no raw path on a TCP socket")

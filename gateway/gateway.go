@@ -166,11 +166,16 @@ func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
 		// force, so that a reload changes them; body reads and all writes slide in clientConn.
 		// fasthttp's own timeouts are off: they are fixed at startup, and its WriteTimeout would
 		// be absolute for a whole response.
-		ReadTimeout:                  0,
-		IdleTimeout:                  0,
-		WriteTimeout:                 0,
-		ConnState:                    g.onConnState,
-		StreamRequestBody:            true,
+		ReadTimeout:       0,
+		IdleTimeout:       0,
+		WriteTimeout:      0,
+		ConnState:         g.onConnState,
+		StreamRequestBody: true,
+		// An idle keep-alive connection gives its write buffer and body buffers back to
+		// fasthttp's pools while it waits (SPEC 22); its read buffer fasthttp keeps whenever
+		// StreamRequestBody is on (server.go: "we cannot safely release br"), and Toron's own
+		// per-request state goes back to exchangePool (conn.go).
+		ReduceMemoryUsage:            true,
 		DisablePreParseMultipartForm: true,
 		NoDefaultServerHeader:        true,
 		NoDefaultContentType:         true,

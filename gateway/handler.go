@@ -36,7 +36,7 @@ const preReadFailFast = time.Nanosecond
 func (g *Gateway) onHeaders(h *fasthttp.RequestHeader) (rc fasthttp.RequestConfig) {
 	ctx := ctxOfHeader(h)
 	cc := connOf(ctx)
-	x := &cc.x
+	x := cc.ex()
 	x.begin(g, ctx)
 	defer func() {
 		// A bug in the hook must not take the process down: the request gets a 500 and the
@@ -212,7 +212,7 @@ func (g *Gateway) admit(x *exchange) error {
 // (SPEC 3 step 7); a rejected request gets its final status with its JSON instead, and fasthttp
 // closes the connection without reading the body.
 func (g *Gateway) onExpect(ctx *fasthttp.RequestCtx) int {
-	x := &connOf(ctx).x
+	x := connOf(ctx).ex()
 	if x.rej != nil {
 		g.writeRejection(ctx, x, x.rej)
 		return x.rej.status
@@ -225,7 +225,7 @@ func (g *Gateway) onExpect(ctx *fasthttp.RequestCtx) int {
 // verdict cut on purpose. fasthttp closes the connection after it.
 func (g *Gateway) onError(ctx *fasthttp.RequestCtx, err error) {
 	cc := connOf(ctx)
-	x := &cc.x
+	x := cc.ex()
 	switch {
 	case x.active.Load() && x.rej != nil:
 		g.writeRejection(ctx, x, x.rej)
@@ -278,7 +278,7 @@ func lingerUnlessTimeout(cc *clientConn, err error) {
 // handle is the fasthttp handler: everything after the body pre-read.
 func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	cc := connOf(ctx)
-	x := &cc.x
+	x := cc.ex()
 	defer func() {
 		if p := recover(); p != nil {
 			g.log.Error("panic in request handler", zap.Any("panic", p), zap.ByteString("request_id", x.reqID))

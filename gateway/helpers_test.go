@@ -148,7 +148,7 @@ type upstream struct {
 
 // startUpstream serves h (nil: echo) with net/http, which is independent of the gateway's
 // fasthttp and so a fair witness of what was forwarded.
-func startUpstream(t *testing.T, h http.HandlerFunc) *upstream {
+func startUpstream(t testing.TB, h http.HandlerFunc) *upstream {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

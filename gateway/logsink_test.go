@@ -186,7 +186,7 @@ func benchmarkAccessLineToFile(b *testing.B, size int) {
 	for i := range xs {
 		_, server := testnet.Pair(b)
 		cc := &clientConn{Conn: server}
-		x := &cc.x
+		x := cc.ex()
 		x.conn, x.g, x.stats = cc, g, g.none
 		x.reqID = append(x.reqID[:0], "5f2a9c1e0b7d-1a2b"...)
 		x.method = append(x.method[:0], "GET"...)

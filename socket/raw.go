@@ -47,6 +47,12 @@ type RawPath struct {
 	claim *atomic.Bool
 	// Claimed says the last WriteRead cleared claim and so owned Pending.
 	Claimed bool
+	// Written, when set, is called once Pending was written whole, before the wait: the
+	// owner of Pending's buffer may take it back then instead of holding it through the wait
+	// (an idle keep-alive connection waits there for its next request: SPEC 22). Released
+	// says it was called during the last WriteRead.
+	Written  func()
+	Released bool
 	// eagain counts reads that found nothing after the wait (spurious wake-ups), for tests.
 	eagain int
 }
@@ -66,7 +72,7 @@ func NewRawPath(c net.Conn, written *int64) *RawPath {
 // WriteRead runs one RawConn.Read: Pending written first (claimed through claim when it is not
 // nil), then p read; the result is in N, Err and Partial. It returns the wait's own error.
 func (r *RawPath) WriteRead(p []byte, claim *atomic.Bool) error {
-	r.p, r.N, r.Err, r.Partial, r.claim, r.Claimed = p, 0, nil, false, claim, false
+	r.p, r.N, r.Err, r.Partial, r.claim, r.Claimed, r.Released = p, 0, nil, false, claim, false, false
 	err := r.rc.Read(r.fn)
 	r.p, r.claim = nil, nil
 	return err
@@ -94,6 +100,11 @@ func (r *RawPath) readRaw(fd uintptr) bool {
 		case again, len(r.Pending) > 0:
 			r.Partial = true
 			return true
+		}
+		if r.Claimed && r.Written != nil {
+			r.Pending = nil
+			r.Released = true
+			r.Written()
 		}
 		return false // written whole: wait for the answer
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -124,5 +125,43 @@ func TestPeekerLeft(t *testing.T) {
 	}
 	if p.Peek() != PeekData {
 		t.Errorf("Peek: %v, want PeekData (it cannot see past the bytes)", p.Peek())
+	}
+}
+
+// The owner of a claimed Pending gets it back (Written) once it was written whole, before the
+// wait for the answer: an idle keep-alive connection, which waits there for its next request,
+// holds no copy of its last response (SPEC 22). The answer is still read by the same call.
+func TestWriteReadReleasesBeforeWait(t *testing.T) {
+	c, r, _, s := rawPair(t)
+	var claim atomic.Bool
+	claim.Store(true)
+	released := make(chan struct{})
+	r.Written = func() { close(released) }
+	r.Pending = []byte("last bytes of a response")
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	done := make(chan error, 1)
+	p := make([]byte, 64)
+	go func() { done <- r.WriteRead(p, &claim) }()
+	buf := make([]byte, 64)
+	n, _ := s.Read(buf)
+	if string(buf[:n]) != "last bytes of a response" {
+		t.Fatalf("peer got %q", buf[:n])
+	}
+	select {
+	case <-released:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the buffer was not given back while the read waits")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("WriteRead returned before the next request came: %v", err)
+	default:
+	}
+	_, _ = s.Write([]byte("GET"))
+	if err := <-done; err != nil || r.Err != nil || string(p[:r.N]) != "GET" {
+		t.Fatalf("read %q, %v, %v; want GET", p[:r.N], err, r.Err)
+	}
+	if !r.Claimed || !r.Released || r.Pending != nil {
+		t.Fatalf("claimed %v, released %v, pending %q", r.Claimed, r.Released, r.Pending)
 	}
 }
