@@ -4,6 +4,7 @@ import (
 	"net"
 	"testing"
 	"time"
+
 	"toron/internal/testnet"
 )
 
