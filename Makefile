@@ -34,7 +34,7 @@ deps: #? fail when a leaf package imports conf, gateway, zap or another leaf
 fuzz: #? run each fuzz target for FUZZTIME
 	@bash scripts/fuzz.sh $(FUZZTIME)
 
-bench: bench-go bench-compare bench-slowloris bench-upload bench-slow-target bench-tunnel bench-tls #? Go benchmarks (-benchmem), the peer comparison, the slowloris run, the upload ratios, the slow-target run, the tunnel run and TLS against nginx
+bench: bench-go bench-compare bench-slowloris bench-upload bench-slow-target bench-tunnel bench-tls bench-idle #? Go benchmarks (-benchmem), the peer comparison, the slowloris run, the upload ratios, the slow-target run, the tunnel run and TLS against nginx
 
 bench-ab: build #? paired A/B of two Toron builds with nginx in the same rounds: make bench-ab OLD=/path/to/old-toron
 	bash scripts/ab.sh $(OLD) $(BIN)
