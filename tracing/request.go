@@ -157,13 +157,14 @@ func (r *Request) Tracestate() []byte {
 }
 
 // StartAttempt opens the client span of one upstream attempt to addr ("host:port") with method.
-// An attempt left open is ended first, as a failure.
-func (r *Request) StartAttempt(method []byte, addr string, start time.Time) {
+// An attempt left open is ended first, as a failure. The clock is read for a sampled request
+// only.
+func (r *Request) StartAttempt(method []byte, addr string) {
 	if r.t == nil {
 		return
 	}
 	if r.attemptID != (SpanID{}) {
-		r.EndAttempt(0, "abandoned", start)
+		r.EndAttempt(0, "abandoned")
 	}
 	r.attempts++
 	r.attemptID = newSpanID()
@@ -173,7 +174,7 @@ func (r *Request) StartAttempt(method []byte, addr string, start time.Time) {
 	host, port := splitHostPort(addr)
 	r.preset = preset{trace: r.traceID, span: r.attemptID}
 	_, r.client = r.t.tracer.Start(context.WithValue(r.ctx, presetKey{}, &r.preset), string(method),
-		trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(start),
+		trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(
 			attribute.String(attrMethod, string(method)),
 			attribute.String(attrServerAddr, host),
@@ -198,8 +199,8 @@ func (r *Request) AppendTraceparent(dst []byte) []byte {
 
 // EndAttempt ends the current attempt's client span: status is the upstream's response status
 // (0 when there was none), failure names what went wrong ("" for a response: the outcome is
-// "ok"; "refused", "timeout", "reset", ... otherwise), end is when it ended.
-func (r *Request) EndAttempt(status int, failure string, end time.Time) {
+// "ok"; "connect_error", "upstream_timeout", ... otherwise).
+func (r *Request) EndAttempt(status int, failure string) {
 	if r.t == nil || r.attemptID == (SpanID{}) {
 		return
 	}
@@ -227,7 +228,7 @@ func (r *Request) EndAttempt(status int, failure string, end time.Time) {
 		s.SetAttributes(attribute.String(attrErrorType, strconv.Itoa(status)))
 		s.SetStatus(codes.Error, "")
 	}
-	s.End(trace.WithTimestamp(end))
+	s.End()
 }
 
 // Outcome is what the server span records when the request ends.
@@ -253,7 +254,7 @@ func (r *Request) End(o Outcome) {
 		return
 	}
 	if r.attemptID != (SpanID{}) {
-		r.EndAttempt(0, "abandoned", o.End)
+		r.EndAttempt(0, "abandoned")
 	}
 	s := r.server
 	if s == nil {

@@ -29,12 +29,12 @@ func offlineTracer(tb testing.TB, ratio float64) *Tracer {
 // oneRequest is the gateway's sequence for a request with one upstream attempt.
 func oneRequest(r *Request, tr *Tracer, tp, ts []byte, head []byte, now time.Time) []byte {
 	r.Begin(tr, tp, ts, true, now)
-	r.StartAttempt(methodGET, "127.0.0.1:9001", now)
+	r.StartAttempt(methodGET, "127.0.0.1:9001")
 	head = r.AppendTraceparent(head[:0])
 	if st := r.Tracestate(); st != nil {
 		head = append(head, st...)
 	}
-	r.EndAttempt(200, "", now)
+	r.EndAttempt(200, "")
 	head = r.AppendTraceID(head)
 	r.End(Outcome{Method: methodGET, Path: pathAPI, Route: "api", RoutePrefix: "/api", Status: 200,
 		ClientIP: clientIP, End: now})

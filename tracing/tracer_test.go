@@ -153,12 +153,12 @@ func serve(r *Request, tr *Tracer, traceparent, tracestate string, trusted bool,
 	r.Begin(tr, tp, ts, trusted, now)
 	var out []string
 	for _, status := range attempts {
-		r.StartAttempt([]byte("GET"), "127.0.0.1:9001", time.Now())
+		r.StartAttempt([]byte("GET"), "127.0.0.1:9001")
 		out = append(out, string(r.AppendTraceparent(nil)))
 		if status == 0 {
-			r.EndAttempt(0, "refused", time.Now())
+			r.EndAttempt(0, "connect_error")
 		} else {
-			r.EndAttempt(status, "", time.Now())
+			r.EndAttempt(status, "")
 		}
 	}
 	o.End = time.Now()
@@ -244,12 +244,12 @@ func TestContinuedTrace(t *testing.T) {
 	for _, s := range clients {
 		ca := attrs(s.Attributes)
 		outcomes[ca["toron.outcome"]] = true
-		if ca["toron.outcome"] == "refused" && s.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR {
-			t.Error("a refused attempt is not an error span")
+		if ca["toron.outcome"] == "connect_error" && s.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR {
+			t.Error("a failed dial is not an error span")
 		}
 	}
-	if !outcomes["refused"] || !outcomes["ok"] {
-		t.Errorf("client outcomes %v, want refused and ok", outcomes)
+	if !outcomes["connect_error"] || !outcomes["ok"] {
+		t.Errorf("client outcomes %v, want connect_error and ok", outcomes)
 	}
 	res := attrs(c.resource)
 	if res["service.name"] != "edge" {
