@@ -67,6 +67,9 @@ func appendAccessLine(b []byte, t time.Time, x *exchange, tc *lineClock) []byte 
 	b = appendJSONString(append(b, `","target":"`...), x.upAddr)
 	x.ipText = x.clientIPOf().AppendTo(x.ipText[:0])
 	b = appendJSONString(append(b, `","client_ip":"`...), x.ipText)
+	if x.trace.Active() {
+		b = x.trace.AppendTraceID(append(b, `","trace_id":"`...)) // hex: nothing to escape
+	}
 	return append(b, "\"}\n"...)
 }
 

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"math"
@@ -15,6 +16,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"toron/tracing"
 )
 
 // accessLineExchange returns an exchange on a real connection, with a gateway whose logger
@@ -64,7 +67,18 @@ func TestAccessLineIsZapsLine(t *testing.T) {
 	}
 	ips := []netip.Addr{{}, netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("2001:db8::1")}
 	var clock lineClock // shared by the cases, as the sink's: hits and misses both
-	n := 0
+	// Half the lines carry a trace_id (tracing on, the request unsampled: ratio 0).
+	tr, err := tracing.New(tracing.Options{Endpoint: "http://127.0.0.1:9/v1/traces"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tr.Shutdown(ctx)
+	})
+	n, traced := 0, 0
+	defer x.trace.Begin(nil, nil, nil, false, time.Time{})
 	for i, s := range strs {
 		for j, d := range durs {
 			x.reqID = append(x.reqID[:0], s...)
@@ -77,6 +91,11 @@ func TestAccessLineIsZapsLine(t *testing.T) {
 			x.reason = reason((i + j) % int(numReasons))
 			x.clientIP = ips[(i+j)%len(ips)]
 			tm := times[(i+j)%len(times)]
+			if (i+j)%2 == 1 {
+				x.trace.Begin(tr, nil, nil, true, tm)
+			} else {
+				x.trace.Begin(nil, nil, nil, false, tm)
+			}
 			want, err := enc.EncodeEntry(zapcore.Entry{Level: zapcore.InfoLevel, Time: tm, Message: AccessLogMessage}, g.accessFields(x))
 			if err != nil {
 				t.Fatal(err)
@@ -91,9 +110,15 @@ func TestAccessLineIsZapsLine(t *testing.T) {
 			if json.Valid(got) != json.Valid(want.Bytes()) {
 				t.Fatalf("case %d/%d: validity differs", i, j)
 			}
+			if bytes.Contains(got, []byte(`"trace_id":"`)) {
+				traced++
+			}
 			want.Free()
 			n++
 		}
+	}
+	if traced == 0 || traced == n {
+		t.Fatalf("%d of %d lines have a trace_id, want some", traced, n)
 	}
 	if n < 50 {
 		t.Fatalf("only %d cases", n)

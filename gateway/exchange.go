@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"toron/tracing"
 	up "toron/upstream"
 )
 
@@ -104,6 +105,10 @@ type exchange struct {
 
 	ws wsState // a WebSocket upgrade's handshake (tunnel.go)
 
+	trace       tracing.Request // the request's trace state (trace.go)
+	traceparent []byte          // Toron's traceparent for the current attempt, reused
+	traceHex    []byte          // the trace id as text for the access line, reused
+
 	elapsed   time.Duration // from start to finish, for the duration histogram and the access line
 	logFields [16]zap.Field // the access line's fields, reused (logAccess)
 	ipText    []byte        // the client IP as text, reused (logAccess)
@@ -140,6 +145,8 @@ func (x *exchange) begin(g *Gateway, ctx *fasthttp.RequestCtx) {
 	x.reqID = x.reqID[:0]
 	x.clientIP = netip.Addr{}
 	x.ws.reset()
+	x.trace.Begin(nil, nil, nil, false, time.Time{}) // not traced until decide says so (trace.go)
+	x.out.Observer = nil
 	x.active.Store(true)
 }
 
@@ -212,6 +219,7 @@ func (x *exchange) finish() {
 	}
 	st.codeCounter(x.status).Inc()
 	x.elapsed = time.Since(x.start) // one clock read for the histogram and the access line
+	x.endTrace(x.start.Add(x.elapsed))
 	st.duration.Update(x.elapsed.Seconds())
 	if x.headerWait > 0 {
 		st.headerWait.Update(x.headerWait.Seconds())
@@ -280,7 +288,7 @@ func (g *Gateway) accessFields(x *exchange) []zap.Field {
 	// The buffers are reused by the connection's next request: s copies them unless the core
 	// encodes the line before Write returns (logString).
 	s := g.logString
-	return append(x.logFields[:0],
+	fields := append(x.logFields[:0],
 		zap.String("request_id", s(x.reqID)),
 		zap.String("route", x.stats.name),
 		zap.String("method", s(method)),
@@ -295,6 +303,11 @@ func (g *Gateway) accessFields(x *exchange) []zap.Field {
 		zap.String("target", x.upAddr),
 		zap.String("client_ip", s(x.ipText)),
 	)
+	if x.trace.Active() {
+		x.traceHex = x.trace.AppendTraceID(x.traceHex[:0])
+		fields = append(fields, zap.String("trace_id", s(x.traceHex)))
+	}
+	return fields
 }
 
 // ctx returns the connection's RequestCtx (fasthttp keeps one per connection).

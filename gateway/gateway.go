@@ -19,6 +19,7 @@ import (
 
 	"toron/conf"
 	"toron/limits"
+	"toron/tracing"
 	up "toron/upstream"
 )
 
@@ -54,6 +55,7 @@ type Gateway struct {
 	idPrefix string
 
 	tunnels *tunnelRegistry // open WebSocket tunnels (tunnel.go)
+	tracers tracers         // the OpenTelemetry tracer in force (trace.go)
 	// TLS on the listener (tls.go) and X-Forwarded-Proto ("https" on a TLS listener).
 	tls   tlsState
 	proto []byte
@@ -128,6 +130,7 @@ func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
 	g.none = g.stats.get(noRoute)
 	g.reloads = set.NewCounter(metricReloads)
 	g.reloadKO = set.NewCounter(metricReloadErrors)
+	tracing.DroppedCounter(set) // at 0 with tracing off, so its alert has a series
 	set.NewGauge(metricWorkersBusy, func() float64 { return float64(g.workers.Busy()) })
 	set.NewGauge(metricWorkersMax, func() float64 { return float64(g.workers.Size()) })
 	set.NewGauge(metricElevatedInflight, func() float64 { return float64(g.budget.InFlight()) })
@@ -181,6 +184,11 @@ func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
 		NoDefaultContentType:         true,
 		CloseOnShutdown:              true,
 		Logger:                       fasthttpLogger{log},
+	}
+	// Last: nothing after it can fail, so a tracer's export goroutine never outlives a New
+	// that returned an error.
+	if err := g.setTracing(cfg.Server.Tracing); err != nil {
+		return nil, err
 	}
 	return g, nil
 }
@@ -327,6 +335,11 @@ func (g *Gateway) Reload(cfg *conf.Config) error {
 	if err := g.reloadTLS(cfg); err != nil {
 		panic("BUG: gateway: TLS reload failed after its check: " + err.Error())
 	}
+	if err := g.setTracing(cfg.Server.Tracing); err != nil {
+		// conf checked the endpoint; building an exporter dials nothing. Should it fail all
+		// the same, the tracer in force keeps exporting: a reload is not refused for traces.
+		g.log.Error("reload: tracing keeps its previous settings", zap.Error(err))
+	}
 	g.access.Store(cfg.Log.Access)
 	g.applySnapshot(snap)
 	closeAuth(old.routes, snap) // the checkers the new table did not keep (access.go)
@@ -403,6 +416,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		r.set.Close()
 	}
 	closeAuth(g.snap.Load().routes, nil) // JWKS refreshes stop, auth-service connections close
+	g.shutdownTracing(ctx) // the spans still queued, once no request can end another
 	return err
 }
 

@@ -127,6 +127,7 @@ func (g *Gateway) decide(h *fasthttp.RequestHeader, x *exchange) {
 		x.local = localMetrics
 		return
 	}
+	x.beginTrace(h) // after the client identity, never for the gateway's own paths (trace.go)
 	if len(h.Peek(fasthttp.HeaderUpgrade)) > 0 || h.IsConnect() {
 		// A WebSocket upgrade goes on to routing; any other upgrade is refused (tunnel.go).
 		if !checkUpgrade(h, x) {

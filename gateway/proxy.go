@@ -229,6 +229,8 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 			continue
 		case x.dropsIdentityHeader(k): // SPEC 16: X-Real-IP; an untrusted peer's forwarded headers
 			continue
+		case x.dropsTraceHeader(k): // SPEC 21: Toron's traceparent replaces the client's (trace.go)
+			continue
 		case equalFold(k, hdrXForwardedFor):
 			buf = append(buf, v...)
 			buf = append(buf, ", "...)
@@ -247,6 +249,7 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 	x.forwardIdentity(in, out) // SPEC 16: X-Real-IP; a trusted peer's X-Forwarded-Proto/Host
 	out.SetCanonical(headerRequestID, x.reqID)
 	x.route.setForwardedPrefix(out)
+	x.setTraceHeaders(out)
 }
 
 // appendRemoteIP appends the client's IP address as text, without allocating for IPv4.

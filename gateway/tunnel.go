@@ -215,8 +215,10 @@ func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) 
 		return
 	}
 	x.upAddr, x.upStatus = x.upTarget.Addr(), fasthttp.StatusBadGateway
+	x.trace.StartAttempt(x.method, x.upAddr) // the handshake is the tunnel's one attempt (trace.go)
 	uc, err := g.dialTunnel(r, x.upAddr)
 	if err != nil {
+		x.AttemptEnd(err, nil)
 		g.writeRejection(ctx, x, upstreamRejection(err))
 		x.finish()
 		return
@@ -251,6 +253,7 @@ func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) 
 	resp.Header.DisableNormalizing() // the 101 goes on as the upstream wrote it
 	err = resp.ReadLimitBody(br, maxRelayedBodyBytes)
 	x.headerWait = time.Since(start)
+	x.AttemptEnd(err, resp)
 	if err == nil {
 		x.upStatus = resp.StatusCode()
 	} else if socket.IsTimeout(err) {
@@ -466,6 +469,7 @@ func (tr *tunnelRegistry) open(x *exchange) *liveTunnel {
 		panic("BUG: gateway: tunnel opened for a finished exchange")
 	}
 	x.releaseAdmission()
+	x.endTrace(time.Now()) // SPEC 21: a tunnel is traced up to its 101
 	st := x.stats
 	st.codeCounter(x.status).Inc()
 	st.duration.UpdateDuration(x.start)

@@ -23,6 +23,16 @@ type Outbound struct {
 	// Watch, when not nil, is given each connection lent before a byte is written on it: the
 	// connection it aborts (Conn.Abort) when the request's client leaves.
 	Watch *Watch
+	// Observer, when not nil, hears of each attempt on a target (tracing's client spans).
+	Observer AttemptObserver
+}
+
+// AttemptObserver hears of each attempt of Forward: AttemptStart once a slot of the target's
+// pool is held, before anything is written (it may still change req's headers: the traceparent
+// naming this attempt), AttemptEnd when a response head arrived (err nil) or the attempt failed.
+type AttemptObserver interface {
+	AttemptStart(addr string, req *fasthttp.Request)
+	AttemptEnd(err error, resp *fasthttp.Response)
 }
 
 // Judge classifies a failed attempt for passive health with what only the caller knows: a
@@ -86,7 +96,13 @@ func (s *Set) Forward(clientIP []byte, wait time.Duration, out *Outbound, req *f
 		} else {
 			var c *Conn
 			var sentAt time.Time
+			if out.Observer != nil {
+				out.Observer.AttemptStart(a.Addr, req)
+			}
 			c, sentAt, err = p.Exchange(out, req, resp)
+			if out.Observer != nil {
+				out.Observer.AttemptEnd(err, resp)
+			}
 			if err == nil {
 				t.Observe(time.Since(sentAt), OutcomeOf(resp.StatusCode()))
 				a.Target, a.Pool, a.Conn, a.SentAt = t, p, c, sentAt
