@@ -209,6 +209,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		if demoCertFile != "" {
 			fmt.Fprint(stdout, demo.TLSBanner(base, demoCertFile))
 		}
+		fmt.Fprint(stdout, demo.TracingBanner(base, cfg.Server.Tracing.Endpoint, cfg.Server.Tracing.SampleRatio))
 	}
 
 	serveErr := make(chan error, 1)

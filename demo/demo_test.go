@@ -454,3 +454,14 @@ func TestBanner(t *testing.T) {
 		t.Errorf("banner has a formatting error:\n%s", b)
 	}
 }
+
+func TestTracingBanner(t *testing.T) {
+	off := TracingBanner("http://127.0.0.1:8080", "", 0.01)
+	if !strings.Contains(off, "TORON_SERVER__TRACING__ENDPOINT=http://127.0.0.1:4318/v1/traces") {
+		t.Errorf("tracing off: the banner does not say how to turn it on:\n%s", off)
+	}
+	on := TracingBanner("http://127.0.0.1:8080", "http://c:4318/v1/traces", 0.5)
+	if !strings.Contains(on, "0.5 of new requests go to http://c:4318/v1/traces") || !strings.Contains(on, "http://127.0.0.1:8080/api/users") || strings.Contains(on, "%!") {
+		t.Errorf("tracing on:\n%s", on)
+	}
+}

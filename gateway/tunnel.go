@@ -561,7 +561,7 @@ func (g *Gateway) logTunnel(x *exchange, err error) {
 	case err != nil:
 		end = "error"
 	}
-	ce.Write(
+	fields := []zap.Field{
 		zap.String("request_id", string(x.reqID)),
 		zap.String("route", x.stats.name),
 		zap.String("method", string(x.method)),
@@ -575,5 +575,9 @@ func (g *Gateway) logTunnel(x *exchange, err error) {
 		zap.String("remote", x.conn.RemoteAddr().String()),
 		zap.String("target", x.upAddr),
 		zap.String("client_ip", x.clientIPOf().String()),
-	)
+	}
+	if x.trace.Active() {
+		fields = append(fields, zap.String("trace_id", string(x.trace.AppendTraceID(nil))))
+	}
+	ce.Write(fields...)
 }
