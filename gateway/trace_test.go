@@ -15,6 +15,8 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"toron/internal/testnet"
 )
 
 // SPEC 21 through the whole request path: a real OTLP/HTTP receiver decodes what the gateway
@@ -59,7 +61,7 @@ func (c *otlpCollector) tracingYAML(ratio string, extra string) string {
 // trace waits (10 s at most) for the server span of trace id and its n client spans.
 func (c *otlpCollector) trace(t *testing.T, id string, n int) (server *tracepb.Span, clients []*tracepb.Span) {
 	t.Helper()
-	ok := waitUntil(10*time.Second, func() bool {
+	ok := testnet.WaitUntil(10*time.Second, func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		server, clients = nil, nil
@@ -229,7 +231,7 @@ func TestTraceRejectionsAreErrorSpans(t *testing.T) {
 		}
 		done <- err
 	}()
-	if !waitUntil(5*time.Second, func() bool { return slow.inflight.Load() == 1 }) {
+	if !testnet.WaitUntil(5*time.Second, func() bool { return slow.inflight.Load() == 1 }) {
 		t.Fatal("the first /one request never reached its upstream")
 	}
 	rr = rawRequest(t, gw.addr, "GET /one/b HTTP/1.1\r\nHost: a\r\n\r\n")
@@ -247,7 +249,7 @@ func TestTraceRejectionsAreErrorSpans(t *testing.T) {
 	}
 	for _, w := range want {
 		var span *tracepb.Span
-		if !waitUntil(10*time.Second, func() bool {
+		if !testnet.WaitUntil(10*time.Second, func() bool {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			for _, s := range c.spans {
@@ -349,7 +351,7 @@ func TestTraceCollectorDown(t *testing.T) {
 			t.Fatalf("request %d: %d %v", i, s, err)
 		}
 	}
-	if !waitUntil(10*time.Second, func() bool { return metricLine(gw.g, "toron_tracing_spans_dropped_total") == "10" }) {
+	if !testnet.WaitUntil(10*time.Second, func() bool { return metricLine(gw.g, "toron_tracing_spans_dropped_total") == "10" }) {
 		t.Errorf("toron_tracing_spans_dropped_total = %q, want 10 (a server and a client span per request)", metricLine(gw.g, "toron_tracing_spans_dropped_total"))
 	}
 }
