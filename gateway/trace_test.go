@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -381,4 +382,46 @@ func TestTraceTunnelUpTo101(t *testing.T) {
 		t.Errorf("handshake traceparent %s, want parent %s (the handshake's client span)", tp, want)
 	}
 	_ = conn.Close()
+}
+
+// TestTraceCollectorHangsLatencyUnchanged: a collector that accepts and never answers holds
+// only the export goroutine. Requests alternate between a gateway exporting every request's
+// spans to it and one with tracing off (paired, so both see the same machine): the medians stay
+// alike and no request waits for an export (whose timeout is 5 s).
+func TestTraceCollectorHangsLatencyUnchanged(t *testing.T) {
+	release := make(chan struct{})
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
+	t.Cleanup(hang.Close)
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	tu := startTraceUpstream(t)
+	traced := startGateway(t, "tracing: {endpoint: \""+hang.URL+"/v1/traces\", sample_ratio: 1}", upstreamRoute("/api", tu.addr, ""))
+	plain := startGateway(t, "", upstreamRoute("/api", tu.addr, ""))
+	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the gateways' flush
+	const n = 60
+	var on, off []time.Duration
+	for i := range 2 * n {
+		addr := plain.addr
+		if i%2 == 0 {
+			addr = traced.addr
+		}
+		start := time.Now()
+		if s, _, _, err := getStatus(addr, "/api/x"); err != nil || s != 200 {
+			t.Fatalf("request %d: %d %v", i, s, err)
+		}
+		if i%2 == 0 {
+			on = append(on, time.Since(start))
+		} else {
+			off = append(off, time.Since(start))
+		}
+	}
+	slices.Sort(on)
+	slices.Sort(off)
+	t.Logf("median %v traced to a hanging collector, %v untraced; slowest %v, %v", on[n/2], off[n/2], on[n-1], off[n-1])
+	if on[n/2] > 3*off[n/2]+20*time.Millisecond {
+		t.Errorf("median latency %v behind a hanging collector, %v without tracing", on[n/2], off[n/2])
+	}
+	if on[n-1] > 4*time.Second {
+		t.Errorf("a request took %v: it waited for an export", on[n-1])
+	}
 }
