@@ -86,6 +86,7 @@ type exchange struct {
 	watch      *up.Watch
 	watchGone  bool
 	out        up.Outbound // the upstream request head's buffer, the streamed body, the watch
+	att        up.Attempt  // Forward's result (forward.go)
 	body       bodyReader
 	rs         respStream
 

@@ -72,18 +72,18 @@ type Attempt struct {
 // least FailureSample); for a failed attempt the time waited since the last byte written (0
 // if nothing was), at least FailureSample when judge calls it the target's failure, nothing
 // when nobody's.
-func (s *Set) Forward(clientIP []byte, wait time.Duration, out *Outbound, req *fasthttp.Request, resp *fasthttp.Response, judge Judge) (Attempt, error) {
+func (s *Set) Forward(clientIP []byte, wait time.Duration, out *Outbound, req *fasthttp.Request, resp *fasthttp.Response, judge Judge, a *Attempt) error {
 	var tried [MaxRetries + 1]*Target
 	n := 0
-	var a Attempt
+	*a = Attempt{}
 	var err error
 	for {
 		t := s.Pick(clientIP, tried[:n]...)
 		if t == nil {
 			if n == 0 {
-				return a, ErrNoTarget
+				return ErrNoTarget
 			}
-			return a, err // every eligible target was tried
+			return err // every eligible target was tried
 		}
 		tried[n] = t
 		n++
@@ -106,7 +106,7 @@ func (s *Set) Forward(clientIP []byte, wait time.Duration, out *Outbound, req *f
 			if err == nil {
 				t.Observe(time.Since(sentAt), OutcomeOf(resp.StatusCode()))
 				a.Target, a.Pool, a.Conn, a.SentAt = t, p, c, sentAt
-				return a, nil
+				return nil
 			}
 			p.Release()
 			outcome, code := judge.AttemptOutcome(err)
@@ -117,11 +117,11 @@ func (s *Set) Forward(clientIP []byte, wait time.Duration, out *Outbound, req *f
 			t.Observe(waited, outcome)
 			t.Done(outcome, code)
 			if !SentNothing(err) || outcome == Neutral {
-				return a, err
+				return err
 			}
 		}
 		if n > s.Retries() {
-			return a, err
+			return err
 		}
 		s.CountRetry()
 	}
