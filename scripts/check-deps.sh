@@ -3,7 +3,8 @@
 # auth, limits, timeouts, streaming, socket; upstream -> timeouts, streaming, socket; main, gateway
 # -> conf. The leaves (limits, timeouts, streaming, listener, auth) import only the standard
 # library, fasthttp and the metrics package (and, in listener, github.com/pires/go-proxyproto; in
-# auth, golang.org/x/crypto/bcrypt and github.com/golang-jwt/jwt/v5); socket imports only the
+# auth, golang.org/x/crypto/bcrypt and github.com/golang-jwt/jwt/v5; in streaming, the
+# compression libraries of its compressing writers); socket imports only the
 # standard library.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,22 @@ for leaf in limits timeouts streaming listener auth; do
 	[ -d "$leaf" ] || continue
 	bad=$(go list -f '{{join .Imports "\n"}}' "./$leaf" 2>/dev/null |
 		grep -E '^(toron/|go\.uber\.org/zap)' || true)
+	if [ -n "$bad" ]; then
+		echo "deps: $leaf must not import: $bad"
+		fail=1
+	fi
+done
+# The third-party imports of each leaf: the standard library, fasthttp and the metrics package,
+# plus the one library (or family) its job needs (STYLE 1).
+allowed='^(github\.com/valyala/fasthttp|github\.com/VictoriaMetrics/metrics)$'
+declare -A extra=(
+	[listener]='^github\.com/pires/go-proxyproto(/|$)'
+	[streaming]='^github\.com/(klauspost/compress/(zstd|gzip)|molecule-man/go-brrr)$'
+)
+for leaf in limits timeouts streaming listener; do
+	[ -d "$leaf" ] || continue
+	bad=$(go list -f '{{join .Imports "\n"}}' "./$leaf" 2>/dev/null | grep '\.' | grep -vE '^toron/' |
+		grep -vE "$allowed" | grep -vE "${extra[$leaf]:-^\$}" || true)
 	if [ -n "$bad" ]; then
 		echo "deps: $leaf must not import: $bad"
 		fail=1
