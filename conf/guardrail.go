@@ -84,6 +84,7 @@ func (c *Config) resolve() {
 		}
 		resolveUpstream(r, &e)
 		resolveTunnel(r, &e)
+		resolveTraffic(r, &e)
 		r.Effective = e
 	}
 }

@@ -349,7 +349,7 @@ func (l *loader) decodeRoute(i int, item any) routeInput {
 	}
 	typed := make(map[string]any, len(m))
 	for _, key := range sortedKeys(m) {
-		if l.decodeUpstreamKey(i, &in, key, m[key]) {
+		if l.decodeUpstreamKey(i, &in, key, m[key]) || l.decodeTrafficKey(i, &in, key, m[key]) {
 			continue
 		}
 		kd, ok := routeSchema[key]

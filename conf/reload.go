@@ -20,6 +20,7 @@ func (c *Config) ReloadCompatible(old *Config) error {
 	check("worker_pool_size", old.Server.WorkerPoolSize, c.Server.WorkerPoolSize)
 	checkProxyProtocolReload(old, c, &errs)
 	check("tls", presence(old.Server.TLS), presence(c.Server.TLS)) // the listener is built once
+	check("tls.http_redirect.port", redirectPort(old), redirectPort(c))
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}

@@ -28,6 +28,9 @@ type TLS struct {
 
 	// ClientCAs is ClientCAFile parsed by Load; nil when ClientCAFile is empty.
 	ClientCAs *x509.CertPool `json:"-"`
+	// HTTPRedirect, when set, opens a plaintext listener that redirects to this one
+	// (SPEC 20, conf/traffic.go); nil: none.
+	HTTPRedirect *HTTPRedirect `json:"http_redirect,omitempty"`
 }
 
 // TLSCert is one entry of server.tls.certs.
@@ -68,7 +71,7 @@ func (t TLS) MarshalJSON() ([]byte, error) { return marshalWithDurations(reflect
 
 // tlsKeys are the keys of server.tls, and of each entry of its certs.
 var (
-	tlsKeys     = []string{"certs", "client_ca_file", "handshake_timeout", "min_version"}
+	tlsKeys     = []string{"certs", "client_ca_file", "handshake_timeout", "http_redirect", "min_version"}
 	tlsCertKeys = []string{"cert_file", "key_file"}
 )
 
@@ -129,6 +132,12 @@ func decodeTLS(v any) (*TLS, error) {
 					return nil, &tlsFieldError{key, msg} // bounds.go
 				}
 			}
+		case "http_redirect":
+			h, ferr := decodeHTTPRedirect(val)
+			if ferr != nil {
+				return nil, ferr
+			}
+			t.HTTPRedirect = h
 		case "client_ca_file":
 			s, ok := val.(string)
 			if !ok {

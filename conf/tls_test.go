@@ -126,7 +126,7 @@ func TestTLSErrors(t *testing.T) {
 		"key missing":    {"server:\n  tls:\n    certs: [{cert_file: x}]\n", "server.tls: certs[0].key_file: is required"},
 		"no certs":       {"server:\n  tls: {min_version: \"1.2\"}\n", "server.tls: certs: must list at least one"},
 		"old version":    {tlsConfig(c1, k1) + "    min_version: \"1.1\"\n", `server.tls: min_version: must be "1.2" or "1.3", not "1.1"`},
-		"unknown key":    {tlsConfig(c1, k1) + "    ciphers: [x]\n", "config.yaml: server.tls: ciphers: unknown key (known keys: certs, client_ca_file, handshake_timeout, min_version)"},
+		"unknown key":    {tlsConfig(c1, k1) + "    ciphers: [x]\n", "config.yaml: server.tls: ciphers: unknown key (known keys: certs, client_ca_file, handshake_timeout, http_redirect, min_version)"},
 		"unknown cert":   {"server:\n  tls:\n    certs: [{cert: x}]\n", "server.tls: certs[0].cert: unknown key"},
 		"negative":       {tlsConfig(c1, k1) + "    handshake_timeout: -1s\n", "server.tls: handshake_timeout: must not be negative"},
 		"zero":           {tlsConfig(c1, k1) + "    handshake_timeout: 0s\n", "server.tls: handshake_timeout: must be greater than 0"},

@@ -100,7 +100,8 @@ type Log struct {
 // Route is one entry of routes.yaml. The override fields are pointers: nil means "inherit the
 // server value". Load fills Effective; handlers should read Effective, not the overrides.
 type Route struct {
-	// Type is the route type; "upstream" (RouteTypeUpstream) is the only one. Required.
+	// Type is the route type: "upstream" (RouteTypeUpstream) or "redirect"
+	// (RouteTypeRedirect, answered at routing with Traffic.Redirect). Required.
 	Type string `koanf:"type" json:"type"`
 	// Name labels the route in logs and metrics and keys its bulkhead counter across reloads.
 	// Unique; Load fills in the default host + prefix (+ " " + comma-joined methods).
@@ -191,6 +192,11 @@ type Route struct {
 	TLSInsecureSkipVerify bool `koanf:"tls_insecure_skip_verify" json:"tls_insecure_skip_verify,omitempty"`
 	// TLSRootCAs is TLSCAFile parsed by Load; nil for the system roots.
 	TLSRootCAs *x509.CertPool `koanf:"-" json:"-"`
+
+	// Traffic holds the traffic-rule keys (to, status, https_only, request_headers,
+	// response_headers, cors, compress; SPEC 20, conf/traffic.go), decoded by decodeTrafficKey;
+	// resolved in Effective.Traffic.
+	Traffic Traffic `koanf:"-" json:"-"`
 }
 
 // Effective is a route's resolved settings: each override, else the server's value, with
@@ -256,4 +262,6 @@ type Effective struct {
 	StripPrefix     bool             `json:"strip_prefix,omitempty"`
 	AddPrefix       string           `json:"add_prefix,omitempty"`
 	RewriteExamples []RewriteExample `json:"rewrite_examples,omitempty"`
+	// Traffic is the route's traffic rules with their defaults (SPEC 20); nil when it has none.
+	Traffic *Traffic `json:"traffic,omitempty"`
 }

@@ -120,6 +120,7 @@ func (l *loader) checkServer(cfg *Config) {
 
 	l.checkTLS(cfg)
 	l.checkTracing(cfg)
+	l.checkHTTPRedirect(cfg)
 
 	switch cfg.Log.Level {
 	case "debug", "info", "warn", "error":
@@ -356,9 +357,9 @@ func (l *loader) checkRoutes(cfg *Config, routes []routeInput) {
 func (l *loader) checkRoute(r *Route, in *routeInput, bad func(key, format string, args ...any)) {
 	switch {
 	case !in.present["type"]:
-		bad("type", "is required (the only type is %s)", RouteTypeUpstream)
-	case r.Type != RouteTypeUpstream:
-		bad("type", "unknown route type %q: the only type is %s", r.Type, RouteTypeUpstream)
+		bad("type", "is required (%s or %s)", RouteTypeUpstream, RouteTypeRedirect)
+	case r.Type != RouteTypeUpstream && r.Type != RouteTypeRedirect:
+		bad("type", "unknown route type %q: the types are %s and %s", r.Type, RouteTypeUpstream, RouteTypeRedirect)
 	}
 	switch {
 	case !in.present["prefix"]:
@@ -370,7 +371,10 @@ func (l *loader) checkRoute(r *Route, in *routeInput, bad func(key, format strin
 			bad("prefix", "%s", msg)
 		}
 	}
-	l.checkTargets(r, in, bad)
+	if r.Type != RouteTypeRedirect {
+		l.checkTargets(r, in, bad)
+	}
+	checkTrafficRoute(r, in, bad)
 	if in.present["host"] {
 		if msg := checkRouteHost(r.Host); msg != "" {
 			bad("host", "%s", msg)

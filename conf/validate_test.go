@@ -179,8 +179,8 @@ func TestValidationErrors(t *testing.T) {
 		{name: "route concurrency text", routes: route(legacy + ", max_concurrency: many"), want: `routes.yaml: routes[0] (/legacy): max_concurrency: must be an integer, not "many"`, wantKey: "max_concurrency", route: 0},
 
 		// routes.yaml: required keys and values.
-		{name: "missing type", routes: route(`prefix: /api, target: "http://127.0.0.1:9001"`), want: "routes.yaml: routes[0] (/api): type: is required (the only type is upstream)", wantKey: "type", route: 0},
-		{name: "unknown type", routes: route(`type: static, prefix: /api, target: "http://127.0.0.1:9001"`), want: `routes.yaml: routes[0] (/api): type: unknown route type "static": the only type is upstream`, wantKey: "type", route: 0},
+		{name: "missing type", routes: route(`prefix: /api, target: "http://127.0.0.1:9001"`), want: "routes.yaml: routes[0] (/api): type: is required (upstream or redirect)", wantKey: "type", route: 0},
+		{name: "unknown type", routes: route(`type: static, prefix: /api, target: "http://127.0.0.1:9001"`), want: `routes.yaml: routes[0] (/api): type: unknown route type "static": the types are upstream and redirect`, wantKey: "type", route: 0},
 		{name: "missing prefix", routes: route(`type: upstream, target: "http://127.0.0.1:9001"`), want: "routes.yaml: routes[0]: prefix: is required (a path such as /api; / matches every path)", wantKey: "prefix", route: 0},
 		{name: "missing target", routes: route(`type: upstream, prefix: /api`), want: "routes.yaml: routes[0] (/api): target: is required (http://host:port or https://host:port)", wantKey: "target", route: 0},
 		{name: "prefix without slash", routes: route(`type: upstream, prefix: api, target: "http://127.0.0.1:9001"`), want: `routes.yaml: routes[0] (api): prefix: "api" must start with /`, wantKey: "prefix", route: 0},
