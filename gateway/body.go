@@ -324,12 +324,14 @@ type respStream struct {
 	x     *exchange
 	src   io.Reader
 	upErr error
+	enc   streaming.Encoding // the coding the body is compressed with (traffic.go), Identity none
 }
 
 func (s *respStream) reset(x *exchange, src io.Reader) {
 	s.x = x
 	s.src = src
 	s.upErr = nil
+	s.enc = streaming.Identity
 }
 
 // Read implements io.Reader for fasthttp's response writer.
@@ -347,6 +349,12 @@ func (s *respStream) Read(p []byte) (int, error) {
 
 // WriteTo copies the upstream body to the client through one pooled 64 KiB buffer.
 func (s *respStream) WriteTo(w io.Writer) (int64, error) {
+	if s.enc != streaming.Identity {
+		// SPEC 20: compressed as it streams; the access line counts the bytes sent.
+		n, err := streaming.CopyCompressed(w, s, s.enc)
+		s.x.bytesOut = n
+		return n, err
+	}
 	bp := streaming.GetBuffer()
 	defer streaming.PutBuffer(bp)
 	return streaming.CopyBuffer(w, s, *bp)

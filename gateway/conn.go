@@ -30,6 +30,8 @@ type listener struct {
 	mu    sync.Mutex
 	conns map[*clientConn]struct{}
 	open  atomic.Int64
+	// redirect marks the HTTPS redirect listener (redirect.go).
+	redirect bool
 }
 
 func newListener(ln net.Listener, g *Gateway) *listener {

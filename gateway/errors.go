@@ -21,6 +21,7 @@ type rejection struct {
 	reason     reason
 	body       []byte
 	retryAfter bool // Retry-After: 5 (the 503s of admission)
+	traffic    bool // the answer of a traffic rule, written by writeTraffic (traffic.go)
 }
 
 func newRejection(status int, r reason, text string, retryAfter bool) *rejection {

@@ -67,6 +67,7 @@ type exchange struct {
 	method  []byte // kept here: fasthttp resets the request before its error handler
 	reqID   []byte
 	scratch []byte
+	tbuf    []byte // traffic rules' expanded values (traffic.go), reused
 	xff     []byte
 
 	upResp *fasthttp.Response

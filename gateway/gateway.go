@@ -59,6 +59,8 @@ type Gateway struct {
 	// TLS on the listener (tls.go) and X-Forwarded-Proto ("https" on a TLS listener).
 	tls   tlsState
 	proto []byte
+	// redir is the HTTPS redirect listener of server.tls.http_redirect (redirect.go).
+	redir redirectState
 }
 
 // snapshot is one immutable route table with the configuration it came from. A request keeps
@@ -96,10 +98,16 @@ type route struct {
 	// websocket: true (tunnel.go).
 	rw  rewrite
 	tun *tunnelStats
+	// traffic is the route's SPEC 20 rules (traffic.go), nil without any. A redirect route
+	// has no set: it is answered at routing.
+	traffic *trafficRules
 }
 
 // closeIdle closes the idle upstream connections of every target of the route.
 func (r *route) closeIdle() {
+	if r.set == nil {
+		return // a redirect route has no targets
+	}
 	for _, t := range r.set.Targets() {
 		// A closed Set (shutdown, or a route that left the table) has closed its pools.
 		if p, ok := t.Attached().(*up.Pool); ok {
@@ -153,8 +161,19 @@ func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
 		return nil, err
 	}
 
-	s := &cfg.Server
-	g.srv = &fasthttp.Server{
+	g.srv = g.newServer(&cfg.Server)
+	// Last: nothing after it can fail, so a tracer's export goroutine never outlives a New
+	// that returned an error.
+	if err := g.setTracing(cfg.Server.Tracing); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// newServer returns a fasthttp server with the gateway's hooks and settings: the main
+// listener's, and the HTTPS redirect listener's (redirect.go), which has the same defences.
+func (g *Gateway) newServer(s *conf.Server) *fasthttp.Server {
+	return &fasthttp.Server{
 		Handler:        g.handle,
 		HeaderReceived: g.onHeaders,
 		ExpectHandler:  g.onExpect,
@@ -183,14 +202,8 @@ func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
 		NoDefaultServerHeader:        true,
 		NoDefaultContentType:         true,
 		CloseOnShutdown:              true,
-		Logger:                       fasthttpLogger{log},
+		Logger:                       fasthttpLogger{g.log},
 	}
-	// Last: nothing after it can fail, so a tracer's export goroutine never outlives a New
-	// that returned an error.
-	if err := g.setTracing(cfg.Server.Tracing); err != nil {
-		return nil, err
-	}
-	return g, nil
 }
 
 // buildSnapshot turns a validated configuration into a route table with upstream pools. prev,
@@ -237,6 +250,13 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, er
 	lookup := up.NewDNSLookup(cfg.Server.Resolver)
 	for i := range cfg.Routes {
 		rc := &cfg.Routes[i]
+		entries[i] = tableEntry{Host: rc.Host, Prefix: rc.Prefix, Methods: rc.Methods}
+		if rc.Type == conf.RouteTypeRedirect {
+			// Answered at routing (SPEC 20): no targets, no pools, no upstream state.
+			st := g.stats.get(rc.Name)
+			snap.routes = append(snap.routes, &route{name: rc.Name, eff: rc.Effective, stats: st, conf: rc, server: &cfg.Server, traffic: newTrafficRules(rc)})
+			continue
+		}
 		var prevSet *up.Set
 		if o := old[rc.Name]; o != nil {
 			prevSet = o.set
@@ -281,8 +301,8 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, er
 		rt.rl = g.rateLimitOf(rc, st)
 		rt.rw, rt.tun = newRewrite(rc), g.tunnels.stats(rc)
 		rt.tls = tlsCfg
+		rt.traffic = newTrafficRules(rc)
 		snap.routes = append(snap.routes, rt)
-		entries[i] = tableEntry{Host: rc.Host, Prefix: rc.Prefix, Methods: rc.Methods}
 	}
 	if err := g.buildAuth(snap, prev); err != nil {
 		return nil, err
@@ -349,10 +369,12 @@ func (g *Gateway) Reload(cfg *conf.Config) error {
 	// routes that stayed were taken over by the new ones.
 	kept := map[string]bool{}
 	for _, r := range snap.routes {
-		kept[r.name] = true
+		if r.set != nil {
+			kept[r.name] = true
+		}
 	}
 	for _, r := range old.routes {
-		if !kept[r.name] {
+		if !kept[r.name] && r.set != nil {
 			r.set.Close()
 		}
 	}
@@ -397,7 +419,13 @@ func (g *Gateway) Draining() bool { return g.draining.Load() }
 // still open then is closed. It returns ctx's error when requests had to be cut.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.Drain()
+	// The HTTPS redirect listener closes with this one (SPEC 20, redirect.go).
+	redirDone := make(chan error, 1)
+	go func() { redirDone <- g.shutdownRedirect(ctx) }()
 	err := g.srv.ShutdownWithContext(ctx)
+	if rerr := <-redirDone; err == nil {
+		err = rerr
+	}
 	l := g.ln.Load()
 	if err == nil && l != nil {
 		// fasthttp no longer counts a hijacked connection (an HTTP/1.0 client's body of
@@ -413,7 +441,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	// The targets' health checkers stop and their pools close their idle connections; a
 	// connection still lent closes when its request ends.
 	for _, r := range g.snap.Load().routes {
-		r.set.Close()
+		if r.set != nil {
+			r.set.Close()
+		}
 	}
 	closeAuth(g.snap.Load().routes, nil) // JWKS refreshes stop, auth-service connections close
 	g.shutdownTracing(ctx) // the spans still queued, once no request can end another

@@ -123,6 +123,10 @@ func (g *Gateway) decide(h *fasthttp.RequestHeader, x *exchange) {
 	case bytes.Equal(x.path, snap.healthPath):
 		x.local = localHealth
 		return
+	case x.conn.ln.redirect:
+		// The HTTPS redirect listener serves only the health path (SPEC 20, redirect.go).
+		x.reject(ansHTTPSListener)
+		return
 	case bytes.Equal(x.path, snap.metricsPath):
 		x.local = localMetrics
 		return
@@ -144,6 +148,9 @@ func (g *Gateway) decide(h *fasthttp.RequestHeader, x *exchange) {
 	r := snap.routes[i]
 	x.route = r
 	x.stats = r.stats
+	if r.traffic != nil && x.answerAtRouting(r.traffic) {
+		return // a redirect route, or https_only on plain http (SPEC 20, traffic.go)
+	}
 	if x.ws.upgrade && r.tun == nil {
 		x.reject(rejWebSocketOff)
 		return
@@ -159,6 +166,9 @@ func (g *Gateway) decide(h *fasthttp.RequestHeader, x *exchange) {
 	if int64(cl) > r.eff.MaxBodyBytes {
 		x.reject(rejBodyTooLarge)
 		return
+	}
+	if r.traffic != nil && x.answerPreflight(h, r.traffic) {
+		return // a CORS preflight: no worker, no upstream (SPEC 20, traffic.go)
 	}
 
 	// Step 6: admission. The client's rate limit first (SPEC 17), never queued.
@@ -319,6 +329,10 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 
 // writeRejection writes one of the gateway's own answers.
 func (g *Gateway) writeRejection(ctx *fasthttp.RequestCtx, x *exchange, r *rejection) {
+	if r.traffic {
+		g.writeTraffic(ctx, x, r) // redirects and CORS preflights (traffic.go)
+		return
+	}
 	x.status, x.reason = r.status, r.reason
 	ctx.Response.Header.SetStatusCode(r.status)
 	ctx.Response.Header.SetContentTypeBytes(contentTypeJSON)

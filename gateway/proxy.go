@@ -88,9 +88,13 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 	ctx.Response.Header.SetStatusCode(resp.StatusCode())
 	ctx.Response.Header.SetCanonical(headerRequestID, x.reqID) // the key is canonical: no copy to normalize it
 	x.status = resp.StatusCode()
+	enc := x.applyResponseTraffic(ctx, int64(resp.Header.ContentLength())) // SPEC 20 (traffic.go)
 	if bs := resp.BodyStream(); bs != nil && !resp.SkipBody {
 		x.rs.reset(x, bs)
 		cl := resp.Header.ContentLength()
+		if enc != streaming.Identity {
+			x.rs.enc, cl = enc, -1
+		}
 		if cl < 0 && !ctx.Request.Header.IsHTTP11() && !ctx.IsHead() {
 			g.streamToHTTP10(ctx, x)
 			return // finished by streamToHTTP10's hijack handler
@@ -100,6 +104,9 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 	}
 	// No body on the wire (HEAD, 1xx, 204, 304): the upstream's answer is complete.
 	x.upDone = true
+	if enc != streaming.Identity {
+		ctx.Response.Header.Del(fasthttp.HeaderContentEncoding) // nothing was compressed
+	}
 	if ctx.IsHead() {
 		// A HEAD answer has no body but announces the length of the one GET would get.
 		if cl := resp.Header.ContentLength(); cl >= 0 {
@@ -250,6 +257,7 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 	out.SetCanonical(headerRequestID, x.reqID)
 	x.route.setForwardedPrefix(out)
 	x.setTraceHeaders(out)
+	x.applyRequestTraffic(out) // SPEC 20: request_headers, after Toron's own (traffic.go)
 }
 
 // appendRemoteIP appends the client's IP address as text, without allocating for IPv4.
