@@ -121,7 +121,10 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "toron: demo certificate: %v\n", err)
 			return exitFailed
 		}
-		demoYAML = append(append([]byte(nil), demoConfigYAML...), fmt.Sprintf("  tls:\n    certs:\n      - {cert_file: %q, key_file: %q}\n", demoCertFile, keyFile)...)
+		// SPEC 20: plain http on the redirect port (TORON_DEMO_REDIRECT_PORT, default 8081) is
+		// sent to https.
+		redirectPort := envOr(environ, "TORON_DEMO_REDIRECT_PORT", "8081")
+		demoYAML = append(append([]byte(nil), demoConfigYAML...), fmt.Sprintf("  tls:\n    certs:\n      - {cert_file: %q, key_file: %q}\n    http_redirect: {port: %s}\n", demoCertFile, keyFile, redirectPort)...)
 		scheme = "https"
 	}
 	if o.demo {
@@ -203,6 +206,21 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		return exitFailed
 	}
 	log.Info("listening", zap.String("addr", ln.Addr().String()), zap.Int("routes", len(cfg.Routes)), zap.String("version", version))
+	// SPEC 20: server.tls.http_redirect, a plaintext listener redirecting to the TLS one.
+	rln, err := g.ListenRedirect()
+	if err != nil {
+		_ = ln.Close()
+		fmt.Fprintf(stderr, "toron: %v\n", err)
+		return exitFailed
+	}
+	if rln != nil {
+		log.Info("listening", zap.String("addr", rln.Addr().String()), zap.String("redirects_to", "https"))
+		go func() {
+			if err := g.ServeRedirect(rln); err != nil {
+				log.Error("redirect listener stopped", zap.Error(err))
+			}
+		}()
+	}
 	if ups != nil {
 		base := scheme + "://" + hostForURL(ln.Addr())
 		fmt.Fprint(stdout, ups.Banner(base))
@@ -210,6 +228,9 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stdout, demo.TLSBanner(base, demoCertFile))
 		}
 		fmt.Fprint(stdout, demo.TracingBanner(base, cfg.Server.Tracing.Endpoint, cfg.Server.Tracing.SampleRatio))
+		if rln != nil {
+			fmt.Fprint(stdout, demo.RedirectBanner("http://"+hostForURL(rln.Addr()), base))
+		}
 	}
 
 	serveErr := make(chan error, 1)

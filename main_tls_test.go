@@ -47,9 +47,9 @@ func servedCert(t *testing.T, c *http.Client, base string) (string, error) {
 }
 
 func TestDemoTLSServes(t *testing.T) {
-	port := freePort(t)
+	port, rport := freePort(t), freePort(t)
 	cmd := exec.Command(binPath, "-demo-tls")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("TORON_SERVER__PORT=%d", port), "TORON_SERVER__DRAIN_DELAY=0s", "TORON_LOG__ACCESS=false")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("TORON_SERVER__PORT=%d", port), fmt.Sprintf("TORON_DEMO_REDIRECT_PORT=%d", rport), "TORON_SERVER__DRAIN_DELAY=0s", "TORON_LOG__ACCESS=false")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -85,6 +85,16 @@ func TestDemoTLSServes(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.Contains(string(b), `"service":"api"`) {
 		t.Errorf("demo over TLS: %d %s", resp.StatusCode, b)
+	}
+	// SPEC 20: the HTTPS redirect listener sends plain http to the TLS port.
+	noFollow := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err = noFollow.Get(fmt.Sprintf("http://127.0.0.1:%d/api/users?x=1", rport))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if want := base + "/api/users?x=1"; resp.StatusCode != 308 || resp.Header.Get("Location") != want {
+		t.Errorf("redirect listener: %d Location %q, want 308 %s", resp.StatusCode, resp.Header.Get("Location"), want)
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); exitCode(err) != 0 {

@@ -380,6 +380,12 @@ func TestRoutesYAML(t *testing.T) {
 		StripPrefix       bool           `yaml:"strip_prefix"`
 		AddPrefix         string         `yaml:"add_prefix"`
 		Auth              map[string]any `yaml:"auth"`
+
+		Compress        bool           `yaml:"compress"`
+		CORS            map[string]any `yaml:"cors"`
+		ResponseHeaders map[string]any `yaml:"response_headers"`
+		To              string         `yaml:"to"`
+		Status          int            `yaml:"status"`
 	}
 	var doc struct {
 		Routes []route `yaml:"routes"`
@@ -402,6 +408,11 @@ func TestRoutesYAML(t *testing.T) {
 		{Type: "upstream", Prefix: "/api/limited", Target: "http://" + u.API},
 		{Type: "upstream", Prefix: "/ws", Target: "http://" + u.WS, Websocket: true, TunnelIdleTimeout: "60s"},
 		{Type: "upstream", Prefix: "/billing", Target: "http://" + u.API, StripPrefix: true, AddPrefix: "/api/v1"},
+		{Type: "upstream", Prefix: "/api/catalog", Target: "http://" + u.API, Compress: true},
+		{Type: "upstream", Prefix: "/api/public", Target: "http://" + u.API,
+			CORS:            map[string]any{"allow_origins": []any{"https://app.example.com"}, "allow_methods": []any{"GET", "POST"}, "allow_headers": []any{"Content-Type"}, "max_age": "10m"},
+			ResponseHeaders: map[string]any{"set": map[string]any{"X-Served-By": "toron {route}"}}},
+		{Type: "redirect", Prefix: "/old-api", To: "/api/users?from={path}", Status: 301},
 		{Type: "upstream", Prefix: "/api/private", Target: "http://" + u.API},
 		{Type: "upstream", Prefix: "/api/token", Target: "http://" + u.API},
 	}
@@ -445,6 +456,9 @@ func TestBanner(t *testing.T) {
 		"-H 'Upgrade: websocket' -H 'Sec-WebSocket-Version: 13' -H 'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==' http://127.0.0.1:8080/ws/",
 		"go run ./loadtest -scenario ws-echo -target http://127.0.0.1:8080/ws/",
 		"'http://127.0.0.1:8080/billing/invoices?page=2'",
+		"curl -s -H 'Accept-Encoding: zstd' -o /dev/null -w '%{size_download} bytes zstd\\n' 'http://127.0.0.1:8080/api/catalog?items=500'",
+		"-H 'Access-Control-Request-Method: POST' http://127.0.0.1:8080/api/public/items",
+		"curl -si 'http://127.0.0.1:8080/old-api/v1/users'",
 	} {
 		if !strings.Contains(b, s) {
 			t.Errorf("banner lacks %q:\n%s", s, b)

@@ -95,6 +95,9 @@ func (u *Upstreams) serveAPI(ctx *fasthttp.RequestCtx) {
 		writeBodyError(ctx, err)
 		return
 	}
+	if serveCatalog(ctx) { // ?items=N (traffic.go)
+		return
+	}
 	writeJSON(ctx, fasthttp.StatusOK, apiReply{
 		Service:       "api",
 		Method:        string(ctx.Method()),
