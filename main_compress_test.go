@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// rssBytes reads the resident set size of process pid from /proc.
+func rssBytes(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				t.Fatalf("VmRSS %q: %v", rest, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+// TestCompressMemoryBound: SPEC 20's memory bound. 1,000 compressed downloads are held in
+// flight at once (each upstream sent its first 32 KiB of JSON and pauses until released, each
+// client has read its first compressed bytes), and the RSS of the Toron process, sampled then,
+// grew by at most 384 KiB per stream over its idle value, connections included. It runs the
+// real binary (built without the race detector, whose shadow memory would be measured too).
+func TestCompressMemoryBound(t *testing.T) {
+	const streams = 1000
+	const boundPerStream = 384 << 10
+	piece := bytes.Repeat([]byte(`{"id":12345,"name":"a catalog item","category":"kitchen","price":"19.99","in_stock":true},`), 400)[:32<<10]
+	var mu sync.Mutex
+	release := make(chan struct{})
+	released := func() chan struct{} { mu.Lock(); defer mu.Unlock(); return release }
+	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(piece)
+		if r.URL.Path == "/warm" {
+			return
+		}
+		w.(http.Flusher).Flush()
+		<-released()
+		_, _ = w.Write(piece)
+	})
+	for _, enc := range []string{"br", "zstd", "gzip"} {
+		t.Run(enc, func(t *testing.T) {
+			dir := t.TempDir()
+			port := freePort(t)
+			cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  worker_pool_size: 1100\n  drain_delay: 0s\nlog:\n  access: false\n", port))
+			routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - {type: upstream, prefix: /, target: \"http://%s\", max_upstream_conns: 1100, compress: true}\n", upAddr))
+			cmd, _, base := startBinary(t, cfg, routes, port)
+			addr := strings.TrimPrefix(base, "http://")
+
+			// Warm up (pools, first encoders), then the idle value.
+			for range 3 {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				fmt.Fprintf(c, "GET /warm HTTP/1.1\r\nHost: a\r\nAccept-Encoding: %s\r\n\r\n", enc)
+				br := bufio.NewReader(c)
+				if _, err := http.ReadResponse(br, nil); err != nil {
+					t.Fatal(err)
+				}
+				c.Close()
+			}
+			time.Sleep(200 * time.Millisecond)
+			idle := rssBytes(t, cmd.Process.Pid)
+
+			mu.Lock()
+			release = make(chan struct{})
+			mu.Unlock()
+			errs := make(chan error, streams)
+			conns := make([]net.Conn, 0, streams)
+			var ready sync.WaitGroup
+			for range streams {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				conns = append(conns, c)
+				ready.Add(1)
+				go func() {
+					defer ready.Done()
+					_ = c.SetDeadline(time.Now().Add(60 * time.Second))
+					if _, err := fmt.Fprintf(c, "GET /s HTTP/1.1\r\nHost: a\r\nAccept-Encoding: %s\r\nConnection: close\r\n\r\n", enc); err != nil {
+						errs <- err
+						return
+					}
+					br := bufio.NewReader(c)
+					resp, err := http.ReadResponse(br, nil)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if ce := resp.Header.Get("Content-Encoding"); ce != enc {
+						errs <- fmt.Errorf("Content-Encoding %q", ce)
+						return
+					}
+					var one [1]byte
+					if _, err := io.ReadFull(resp.Body, one[:]); err != nil { // the first compressed bytes
+						errs <- err
+					}
+				}()
+			}
+			ready.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatalf("a download failed: %v", err)
+			}
+			peak := rssBytes(t, cmd.Process.Pid)
+			close(released())
+			for _, c := range conns {
+				c.Close()
+			}
+			perStream := (peak - idle) / streams
+			t.Logf("%s: RSS idle %d MiB, %d streams in flight %d MiB: %d KiB per stream (bound %d KiB)", enc, idle>>20, streams, peak>>20, perStream>>10, boundPerStream>>10)
+			if perStream > boundPerStream {
+				t.Errorf("%d KiB of RSS per compressing stream, above SPEC 20's %d KiB", perStream>>10, boundPerStream>>10)
+			}
+		})
+	}
+}
