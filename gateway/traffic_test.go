@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/andybalholm/brotli"
 	"github.com/klauspost/compress/zstd"
+	"github.com/valyala/fasthttp"
 
 	"toron/internal/testnet"
 )
@@ -462,5 +464,34 @@ func TestCompressStreamsPauses(t *testing.T) {
 				t.Fatal("the first piece arrived only after the upstream's pause: the stream was not flushed")
 			}
 		})
+	}
+}
+
+// TestTrafficRulesAllocs: header rules and CORS headers, placeholders expanded, add no
+// allocation per request.
+func TestTrafficRulesAllocs(t *testing.T) {
+	cfg := loadConfig(t, "", upstreamRoute("/api", "127.0.0.1:1", trafficRulesRoute))
+	var ctx fasthttp.RequestCtx
+	ctx.Request.Header.SetHost("a.example:8080")
+	ctx.Request.Header.Set("Origin", "https://app.example.com")
+	x := &exchange{curCtx: &ctx, stats: &routeStats{name: "api"}, route: &route{traffic: newTrafficRules(&cfg.Routes[0])}}
+	x.reqID = []byte("rid-1")
+	x.clientIP = netip.MustParseAddr("192.0.2.7")
+	var out fasthttp.RequestHeader
+	run := func() {
+		out.Reset()
+		out.Set("Cookie", "a=b")
+		x.applyRequestTraffic(&out)
+		ctx.Response.Header.Reset()
+		ctx.Response.Header.Set("Server", "legacy")
+		x.applyResponseTraffic(&ctx, -1)
+	}
+	run()
+	if string(out.Peek("X-Client")) != "192.0.2.7" || len(out.Peek("Cookie")) != 0 || string(ctx.Response.Header.Peek("X-Route")) != "api" ||
+		string(ctx.Response.Header.Peek("Access-Control-Allow-Origin")) != "https://app.example.com" || len(ctx.Response.Header.Peek("Server")) != 0 {
+		t.Fatalf("rules not applied:\n%s\n%s", out.Header(), ctx.Response.Header.Header())
+	}
+	if allocs := testing.AllocsPerRun(200, run); allocs != 0 {
+		t.Errorf("traffic rules allocate %.1f times per request", allocs)
 	}
 }
