@@ -506,7 +506,9 @@ func checkTrafficRoute(r *Route, in *routeInput, bad func(key, format string, ar
 	}
 	// A redirect route is answered at routing: nothing it could forward or edit applies.
 	for _, key := range []string{"target", "targets", "balance", "passive_health", "health_check", "retries", "websocket",
-		"strip_prefix", "add_prefix", "request_headers", "response_headers", "cors", "compress", "https_only"} {
+		"strip_prefix", "add_prefix", "request_headers", "response_headers", "cors", "compress", "https_only",
+		// Answered at step 4, before access (4a), rate limits and auth (6): they would never run.
+		"access", "auth", "rate_limit"} {
 		if in.present[key] {
 			bad(key, "does not apply to a redirect route, which is answered without an upstream (remove it)")
 		}

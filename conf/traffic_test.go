@@ -94,6 +94,7 @@ func TestTrafficValidation(t *testing.T) {
 		{rd + "to: \"https://a/\\r\\nX: y\"", "to", "control characters"},
 		{rd + `to: "https://a{uri}", target: "http://127.0.0.1:9001"`, "target", "does not apply to a redirect route"},
 		{rd + `to: "https://a{uri}", compress: true`, "compress", "does not apply"},
+		{rd + `to: "https://a{uri}", rate_limit: {requests_per_second: 5}`, "rate_limit", "does not apply"},
 		{up + `to: "https://a/"`, "to", "only applies with type: redirect"},
 		{up + `status: 301`, "status", "only applies with type: redirect"},
 		{up + `https_only: yes`, "https_only", "true or false"},
