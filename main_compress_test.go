@@ -61,7 +61,7 @@ func TestCompressMemoryBound(t *testing.T) {
 		t.Run(enc, func(t *testing.T) {
 			dir := t.TempDir()
 			port := freePort(t)
-			cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  worker_pool_size: 1100\n  drain_delay: 0s\nlog:\n  access: false\n", port))
+			cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  worker_pool_size: 1100\n  worker_queue_timeout: 10s\n  connect_timeout: 30s\n  response_header_timeout: 60s\n  drain_delay: 0s\nlog:\n  access: false\n", port))
 			routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - {type: upstream, prefix: /, target: \"http://%s\", max_upstream_conns: 1100, compress: true}\n", upAddr))
 			cmd, _, base := startBinary(t, cfg, routes, port)
 			addr := strings.TrimPrefix(base, "http://")
@@ -109,7 +109,8 @@ func TestCompressMemoryBound(t *testing.T) {
 						return
 					}
 					if ce := resp.Header.Get("Content-Encoding"); ce != enc {
-						errs <- fmt.Errorf("Content-Encoding %q", ce)
+						b, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+						errs <- fmt.Errorf("status %d, Content-Encoding %q: %s", resp.StatusCode, ce, b)
 						return
 					}
 					var one [1]byte
