@@ -446,7 +446,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		}
 	}
 	closeAuth(g.snap.Load().routes, nil) // JWKS refreshes stop, auth-service connections close
-	g.shutdownTracing(ctx) // the spans still queued, once no request can end another
+	g.shutdownTracing(ctx)               // the spans still queued, once no request can end another
 	return err
 }
 
