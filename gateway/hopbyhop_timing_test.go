@@ -94,11 +94,21 @@ func TestHopByHopCostLinear(t *testing.T) {
 		t.Run(dir.name, func(t *testing.T) {
 			h, p := dir.mk(t, heavy), dir.mk(t, plain)
 			var ch, cp time.Duration
-			for range 2 { // interleaved, so that both see the same machine
-				ch, cp = costPerRun(h, 5), costPerRun(p, 5)
+			var ratio float64
+			// Up to five measurements, each interleaved so that both sections see the same
+			// machine: the quadratic scan this guards against costs 38-44x in every one of
+			// them, while a burst of other work on a shared machine (-race, other test
+			// binaries) spoils one now and then.
+			for attempt := 0; attempt < 5; attempt++ {
+				for range 2 {
+					ch, cp = costPerRun(h, 5), costPerRun(p, 5)
+				}
+				ratio = float64(ch) / float64(cp)
+				t.Logf("%s: heavy %v, plain %v per header section: ratio %.1f", dir.name, ch, cp, ratio)
+				if ratio <= 5 {
+					break
+				}
 			}
-			ratio := float64(ch) / float64(cp)
-			t.Logf("%s: heavy %v, plain %v per header section: ratio %.1f", dir.name, ch, cp, ratio)
 			if ratio > 5 {
 				t.Errorf("a Connection header with 1,800 tokens costs %.1fx a plain header section of the same size (heavy %v, plain %v); want < 5x", ratio, ch, cp)
 			}
