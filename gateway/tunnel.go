@@ -216,7 +216,7 @@ func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) 
 	}
 	x.upAddr, x.upStatus = x.upTarget.Addr(), fasthttp.StatusBadGateway
 	x.trace.StartAttempt(x.method, x.upAddr) // the handshake is the tunnel's one attempt (trace.go)
-	uc, err := g.dialTunnel(r, x.upAddr)
+	uc, err := g.dialTunnel(r, x.upTarget)
 	if err != nil {
 		x.AttemptEnd(err, nil)
 		g.writeRejection(ctx, x, upstreamRejection(err))
@@ -342,11 +342,13 @@ func appendHeaderLine(dst, k, v []byte) []byte {
 	return append(dst, '\r', '\n')
 }
 
-// dialTunnel opens the tunnel's own upstream connection to the target addr, as the target's
+// dialTunnel opens the tunnel's own upstream connection to target t, as the target's
 // pool dials (DNS through the gateway's resolver, the route's TLS settings for an https target
 // under the target's own name, the handshake inside connect_timeout), but never pooled.
-func (g *Gateway) dialTunnel(r *route, addr string) (net.Conn, error) {
-	return up.Dial(g.resolver.Dial, addr, up.TargetTLS(r.tls, r.conf.TLSServerName, addr), r.eff.ConnectTimeout)
+func (g *Gateway) dialTunnel(r *route, t *up.Target) (net.Conn, error) {
+	// A discovered address is verified under its entry's host name (SPEC 13), as its pool is.
+	name := net.JoinHostPort(t.ServerName(), "0")
+	return up.Dial(g.resolver.Dial, t.Addr(), up.TargetTLS(r.tls, r.conf.TLSServerName, name), r.eff.ConnectTimeout)
 }
 
 // runTunnel is the hijack handler: it sends the 101 (and the upstream bytes behind it), hands
