@@ -47,6 +47,18 @@ func serveNaiveProxy(o options) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Printf("loadtest naive proxy on %s -> %s (pid %d)\n", ln.Addr(), o.upstream, os.Getpid())
+	if err := waitStop(served, o.lifetime); err != nil {
+		return err
+	}
+	err = srv.Shutdown()
+	hc.CloseIdleConnections()
+	return err
+}
+
+// waitStop waits for SIGINT, SIGTERM or lifetime, and returns nil then, or for served, and
+// returns what the server's Serve returned: a helper scenario's server runs until it is told
+// to stop, or until it fails.
+func waitStop(served <-chan error, lifetime time.Duration) error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
@@ -54,11 +66,9 @@ func serveNaiveProxy(o options) error {
 	case <-sig:
 	case err := <-served:
 		return err
-	case <-time.After(o.lifetime):
+	case <-time.After(lifetime):
 	}
-	err = srv.Shutdown()
-	hc.CloseIdleConnections()
-	return err
+	return nil
 }
 
 // startUpstreamProcess starts this program as the upstream helper (a separate process: in the

@@ -7,9 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -175,14 +173,8 @@ func serveBareServer(o options) error {
 		go func() { served <- srv.Serve(ln) }()
 	}
 	fmt.Printf("loadtest bare fasthttp server on %s (pid %d)\n", ln.Addr(), os.Getpid())
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
-	select {
-	case <-sig:
-	case err := <-served:
+	if err := waitStop(served, o.lifetime); err != nil {
 		return err
-	case <-time.After(o.lifetime):
 	}
 	return srv.Shutdown()
 }
