@@ -1,0 +1,220 @@
+package limits
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// The Redis behind the global rate limits (SPEC 17, scope: global): one client shared by every
+// route of the process, built from server.redis.
+//
+// The client is rueidis, chosen by measurement (docs/rate-limits.md, "The Redis client"): it
+// pipelines the commands of concurrent callers on a few connections by itself, so 64 requests
+// deciding at once cost Redis a handful of round trips and Toron a handful of syscalls, where
+// go-redis/v9 takes a pooled connection per command and pays a round trip and two syscalls per
+// decision. A caller waits for its reply in its own goroutine (the connection's, in fasthttp),
+// bounded by the decision timeout; no goroutine is started per request.
+//
+// Health is a small breaker: after redisBreakerFailures failed calls in a row Redis is skipped
+// for redisBreakerPause, then one call is let through; its success closes the breaker, its
+// failure opens it for another pause. So a Redis that is down or hangs costs each request at
+// most one timeout until the breaker opens, then nothing.
+
+// DefaultRedisTimeout bounds one decision by Redis (server.redis.timeout): a few loopback or
+// same-zone round trips, small beside an upstream's latency, so a slow Redis adds little.
+const DefaultRedisTimeout = 10 * time.Millisecond
+
+// Breaker constants of SPEC 17: after 5 failed calls in a row, skip Redis for 1 s, then try one.
+const (
+	redisBreakerFailures = 5
+	redisBreakerPause    = time.Second
+)
+
+// redisConnectRetry is how often a client that could not reach any address at start retries in
+// the background (a Toron that starts before its Redis must not need a restart).
+const redisConnectRetry = time.Second
+
+// redisDialTimeout bounds a dial of the background connector: well above a loopback or
+// same-zone dial, well below a pause that would delay recovery.
+const redisDialTimeout = time.Second
+
+// redisConnBuffer is the read and write buffer of one connection; decisions are a few dozen
+// bytes each, so rueidis's 512 KiB default would only cost memory.
+const redisConnBuffer = 64 << 10
+
+// ErrRedisSkipped is the error of a call not sent because the breaker is open.
+var ErrRedisSkipped = errors.New("limits: redis skipped after repeated failures")
+
+// ErrRedisNotConnected is the error of a call made before any address of server.redis answered.
+var ErrRedisNotConnected = errors.New("limits: redis not connected yet")
+
+// RedisOptions configures the client of server.redis.
+type RedisOptions struct {
+	// Addrs are host:port addresses: one is a standalone server or a cluster found from it,
+	// several are Redis Cluster seeds. At least one.
+	Addrs []string
+	// Username and Password authenticate (AUTH, or HELLO with ACL users); empty: none.
+	Username string
+	Password string
+	// DB is the database number of a standalone server (SELECT); 0 by default. A cluster has
+	// only database 0.
+	DB int
+	// TLS, when not nil, is the client TLS configuration; nil speaks plain TCP.
+	TLS *tls.Config
+	// Timeout bounds one decision; zero means DefaultRedisTimeout.
+	Timeout time.Duration
+}
+
+// Redis is the client of server.redis, shared by the global rate limits of every route. It is
+// safe for concurrent use; Close releases it.
+type Redis struct {
+	opts    RedisOptions
+	timeout time.Duration
+	client  atomic.Pointer[redisConn]
+
+	fails       atomic.Int64 // failed calls in a row
+	pausedUntil atomic.Int64 // unix nanoseconds; while now is before it Redis is skipped
+	probing     atomic.Bool  // one call is testing Redis after a pause
+	up          atomic.Bool
+
+	stop     chan struct{}
+	done     chan struct{}
+	closeOne sync.Once
+}
+
+// redisConn holds the rueidis client (an interface) behind an atomic pointer.
+type redisConn struct{ c rueidis.Client }
+
+// NewRedis returns a client of o. It never waits for Redis: the connection is made in the
+// background, retried every second until an address answers, so Toron starts (and -check
+// passes) while Redis is down; calls made meanwhile fail and follow on_error.
+func NewRedis(o RedisOptions) (*Redis, error) {
+	if len(o.Addrs) == 0 {
+		return nil, errors.New("limits: redis needs at least one address")
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultRedisTimeout
+	}
+	r := &Redis{opts: o, timeout: o.Timeout, stop: make(chan struct{}), done: make(chan struct{})}
+	go r.connect()
+	return r, nil
+}
+
+// clientOption is the rueidis configuration of o.
+func (o *RedisOptions) clientOption() rueidis.ClientOption {
+	return rueidis.ClientOption{
+		InitAddress: o.Addrs,
+		Username:    o.Username,
+		Password:    o.Password,
+		SelectDB:    o.DB,
+		TLSConfig:   o.TLS,
+		Dialer:      net.Dialer{Timeout: redisDialTimeout},
+		// No client-side caching (nothing is read twice), no retries (a decision has one
+		// timeout to keep, and the script is not idempotent), replies within 10 s or the
+		// connection is closed and dialed anew.
+		DisableCache:        true,
+		DisableRetry:        true,
+		ConnWriteTimeout:    10 * time.Second,
+		ReadBufferEachConn:  redisConnBuffer,
+		WriteBufferEachConn: redisConnBuffer,
+		ClientName:          "toron",
+		ClientSetInfo:       rueidis.DisableClientSetInfo,
+	}
+}
+
+// connect builds the rueidis client, retrying until it succeeds or the client is closed.
+func (r *Redis) connect() {
+	defer close(r.done)
+	opt := r.opts.clientOption()
+	for {
+		c, err := rueidis.NewClient(opt)
+		if err == nil {
+			r.client.Store(&redisConn{c: c})
+			return
+		}
+		select {
+		case <-r.stop:
+			return
+		case <-time.After(redisConnectRetry):
+		}
+	}
+}
+
+// Close stops the background connector and closes every connection. Calls made after it fail.
+func (r *Redis) Close() {
+	r.closeOne.Do(func() {
+		close(r.stop)
+		<-r.done
+		if c := r.client.Load(); c != nil {
+			c.c.Close()
+		}
+		r.up.Store(false)
+	})
+}
+
+// Up reports whether the last call succeeded (toron_redis_up).
+func (r *Redis) Up() bool { return r.up.Load() }
+
+// Timeout returns the bound of one decision.
+func (r *Redis) Timeout() time.Duration { return r.timeout }
+
+// admit reports whether a call may be sent now: always while fewer than
+// redisBreakerFailures calls in a row failed; after that, one call once the pause is over.
+func (r *Redis) admit(now int64) bool {
+	if r.fails.Load() < redisBreakerFailures {
+		return true
+	}
+	if now < r.pausedUntil.Load() {
+		return false
+	}
+	return r.probing.CompareAndSwap(false, true)
+}
+
+// record records the outcome of a call admitted by admit.
+func (r *Redis) record(err error, now int64) {
+	if err == nil {
+		if r.fails.Load() != 0 {
+			r.fails.Store(0)
+		}
+		if !r.up.Load() {
+			r.up.Store(true)
+		}
+		r.probing.Store(false)
+		return
+	}
+	r.up.Store(false)
+	if r.fails.Add(1) >= redisBreakerFailures {
+		r.pausedUntil.Store(now + int64(redisBreakerPause))
+		r.probing.Store(false)
+	}
+}
+
+// evalScript runs s on key with args under the decision timeout, through the breaker.
+func (r *Redis) evalScript(s *rueidis.Lua, key string, args []string) (rueidis.RedisResult, error) {
+	now := time.Now().UnixNano()
+	if !r.admit(now) {
+		return rueidis.RedisResult{}, ErrRedisSkipped
+	}
+	c := r.client.Load()
+	if c == nil {
+		r.record(ErrRedisNotConnected, now)
+		return rueidis.RedisResult{}, ErrRedisNotConnected
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	res := s.Exec(ctx, c.c, []string{key}, args)
+	cancel()
+	err := res.Error()
+	if err != nil {
+		err = fmt.Errorf("limits: redis decision: %w", err)
+	}
+	r.record(err, time.Now().UnixNano())
+	return res, err
+}

@@ -1,0 +1,170 @@
+package limits
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+)
+
+// The client choice (docs/rate-limits.md): the same GCRA script run by 64 concurrent callers
+// against one local redis-server, through rueidis (auto-pipelining) and through go-redis/v9 (a
+// pooled connection per command). Reported per decision: this process's CPU, redis-server's
+// CPU, and decisions per round trip (commands Redis processed per read syscall it made, from /proc/PID/io).
+
+// redisStats is a sample of INFO counters.
+type redisStats struct {
+	commands, reads float64
+	cpu             float64 // seconds, user + sys
+}
+
+func sampleRedis(tb testing.TB, s *redisServer) redisStats {
+	tb.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.addr}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer c.Close()
+	info, err := c.Do(context.Background(), c.B().Info().Section("everything").Build()).ToString()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var st redisStats
+	for _, line := range strings.Split(info, "\r\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		f, _ := strconv.ParseFloat(v, 64)
+		switch k {
+		case "cmdstat_evalsha", "cmdstat_eval":
+			// calls=N,usec=...: the decisions (the script's own TIME, GET and SET count in
+			// total_commands_processed, so that total is not used).
+			calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+			f, _ = strconv.ParseFloat(calls, 64)
+			st.commands += f
+		case "used_cpu_user", "used_cpu_sys":
+			st.cpu += f
+		}
+	}
+	// Read syscalls of redis-server: one per batch of commands that arrived together.
+	io, err := os.ReadFile("/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/io")
+	if err == nil {
+		for _, line := range strings.Split(string(io), "\n") {
+			if v, ok := strings.CutPrefix(line, "syscr: "); ok {
+				st.reads, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+	}
+	return st
+}
+
+// selfCPU is this process's CPU time so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// runDecisions runs b.N decisions from 64 goroutines and reports the figures.
+func runDecisions(b *testing.B, s *redisServer, decide func(i int64) error) {
+	b.ReportAllocs()
+	b.SetParallelism(max(1, 64/runtimeProcs()))
+	var seq atomic.Int64
+	var failed atomic.Int64
+	before, cpu0 := sampleRedis(b, s), selfCPU()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if decide(seq.Add(1)) != nil {
+				failed.Add(1)
+			}
+		}
+	})
+	b.StopTimer()
+	cpu1, after := selfCPU(), sampleRedis(b, s)
+	if failed.Load() > 0 {
+		b.Fatalf("%d decisions failed", failed.Load())
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(cpu1-cpu0)/n, "client-cpu-ns/op")
+	b.ReportMetric((after.cpu-before.cpu)*1e9/n, "redis-cpu-ns/op")
+	// The samples' own INFO commands and reads are negligible beside b.N.
+	if reads := after.reads - before.reads; reads > 0 {
+		b.ReportMetric((after.commands-before.commands)/reads, "decisions/roundtrip")
+	}
+}
+
+func BenchmarkRedisClient(b *testing.B) {
+	s := startRedis(b)
+	args := []string{"1000", "1000000"} // 1000/s, burst 1001: every decision writes
+	keyOf := func(i int64) string { return "toron:rl:{bench}:" + strconv.FormatInt(i%1024, 16) }
+
+	b.Run("rueidis", func(b *testing.B) {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.addr}, DisableCache: true,
+			DisableRetry: true, ReadBufferEachConn: redisConnBuffer, WriteBufferEachConn: redisConnBuffer})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		runDecisions(b, s, func(i int64) error {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			return gcra.Exec(ctx, c, []string{keyOf(i)}, args).Error()
+		})
+	})
+	b.Run("go-redis", func(b *testing.B) {
+		c := goredis.NewClient(&goredis.Options{Addr: s.addr})
+		defer c.Close()
+		script := goredis.NewScript(gcraScript)
+		runDecisions(b, s, func(i int64) error {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			return script.Run(ctx, c, []string{keyOf(i)}, args[0], args[1]).Err()
+		})
+	})
+}
+
+// BenchmarkGlobalLimiter is one decision of the limiter itself (key hashing, the script, the
+// verdict) under 64 concurrent callers, against BenchmarkLocalLimiter64, the same through the
+// per-instance limiter.
+func BenchmarkGlobalLimiter(b *testing.B) {
+	s := startRedis(b)
+	r := newTestRedis(b, RedisOptions{Addrs: []string{s.addr}, Timeout: time.Second})
+	g := NewGlobalLimiter(r, 1e6, 1e6, GlobalOptions{Route: "bench", Local: NewRateLimiter(1e6, 1e6, 0)})
+	now := time.Now()
+	runDecisions(b, s, func(i int64) error {
+		a := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		if ok, _ := g.AllowIP(a, now); !ok {
+			return errBadVerdict
+		}
+		return nil
+	})
+	if !r.Up() {
+		b.Fatal("redis was down during the benchmark")
+	}
+}
+
+// BenchmarkLocalLimiter64 is BenchmarkGlobalLimiter's baseline: the per-instance limiter.
+func BenchmarkLocalLimiter64(b *testing.B) {
+	l := NewRateLimiter(1e6, 1e6, 0)
+	b.ReportAllocs()
+	b.SetParallelism(max(1, 64/runtimeProcs()))
+	var seq atomic.Int64
+	cpu0 := selfCPU()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := seq.Add(1)
+			l.Allow(IPKey(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})), time.Now())
+		}
+	})
+	b.ReportMetric(float64(selfCPU()-cpu0)/float64(b.N), "client-cpu-ns/op")
+}
