@@ -17,7 +17,8 @@ build: #? build bin/toron (static)
 run: build #? start the gateway in demo mode on 127.0.0.1:8080 with built-in upstreams (TLS=1: over HTTPS, self-signed)
 	./$(BIN) -demo $(if $(TLS),-demo-tls)
 
-test: vet deps #? vet, import-direction check, all tests with -race (fuzz seeds included), then the deploy/ manifest check
+test: vet deps #? vet, import-direction check, all tests with -race (fuzz seeds included), then the deploy/ manifest check (installs redis-server for the global rate-limit tests)
+	@bash scripts/need-redis.sh
 	$(GO) test -race -shuffle=on -timeout 20m $(PKGS)
 	cd deploy && $(GO) test -race ./...
 

@@ -38,6 +38,12 @@ type RateLimit struct {
 	// Key is RateKeyClientIP (default; IPv6 per /64) or "header:NAME" (a request without the
 	// header is keyed by its client IP).
 	Key string `koanf:"key" json:"key"`
+	// Scope is RateScopeLocal (default: per instance) or RateScopeGlobal (shared by every
+	// replica in server.redis).
+	Scope string `koanf:"scope" json:"scope"`
+	// OnError is what a global limit does when Redis gives no decision within
+	// server.redis.timeout: RateOnErrorLocal (default), RateOnErrorAllow or RateOnErrorDeny.
+	OnError string `koanf:"on_error" json:"on_error,omitempty"`
 }
 
 // Values and limits of rate_limit.
@@ -164,7 +170,7 @@ func (l *loader) checkPrefixList(key string, list []string) {
 }
 
 // checkRateLimit validates a route's rate_limit and resolves it into r.Effective.RateLimit.
-func checkRateLimit(r *Route, bad func(key, format string, args ...any)) {
+func checkRateLimit(r *Route, hasRedis bool, bad func(key, format string, args ...any)) {
 	rl := r.RateLimit
 	if rl == nil {
 		return
@@ -199,6 +205,12 @@ func checkRateLimit(r *Route, bad func(key, format string, args ...any)) {
 	default:
 		bad(key, "key: must be %s or header:NAME, not %q", RateKeyClientIP, rl.Key)
 		ok = false
+	}
+	if !checkRateScope(rl, &eff, hasRedis, bad) {
+		ok = false
+	}
+	if eff.Scope == RateScopeLocal {
+		eff.OnError = ""
 	}
 	if ok {
 		r.Effective.RateLimit = &eff

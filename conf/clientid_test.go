@@ -50,7 +50,7 @@ server:
 	if err := json.Compact(&js, indented); err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{`"timeout":"7s"`, `"rate_limit":{"requests_per_second":0.5,"burst":1,"key":"client_ip"}`, `"trusted_proxies":["10.0.0.0/8"`} {
+	for _, w := range []string{`"timeout":"7s"`, `"rate_limit":{"requests_per_second":0.5,"burst":1,"key":"client_ip","scope":"local"}`, `"trusted_proxies":["10.0.0.0/8"`} {
 		if !strings.Contains(js.String(), w) {
 			t.Errorf("-check JSON lacks %s:\n%s", w, indented)
 		}
@@ -83,7 +83,7 @@ func TestClientIdentityErrors(t *testing.T) {
 		{"", rt(`{requests_per_second: 5, key: "header:X Y"}`), `rate_limit: key: "header:X Y" must name a header`},
 		{"", rt(`{requests_per_second: "5"}`), `routes.yaml: routes[0] (/api): rate_limit: requests_per_second: must be a number`},
 		{"", rt(`{rps: 5}`), `routes.yaml: routes[0] (/api): rate_limit: rps: unknown key`},
-		{"", rt(`10`), `routes.yaml: routes[0] (/api): rate_limit: must be a mapping with the keys burst, key, requests_per_second`},
+		{"", rt(`10`), `routes.yaml: routes[0] (/api): rate_limit: must be a mapping with the keys burst, key, on_error, requests_per_second, scope`},
 	} {
 		_, err := loadStrings(tc.config, tc.routes)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -142,6 +142,8 @@ type loader struct {
 	// origin maps a koanf key ("server.port") to the layer that set its final value.
 	origin map[string]origin
 	errs   errorList
+	// hasRedis: server.redis is set, so routes may have rate_limit.scope: global.
+	hasRedis bool
 }
 
 // sorted returns the errors grouped as the operator reads them: config file, environment,

@@ -85,6 +85,9 @@ type Server struct {
 	// Resolver is the "host:port" of the DNS server of DNS discovery (SPEC 13); "" (the
 	// default): the system's resolver.
 	Resolver string `koanf:"resolver" json:"resolver,omitempty"`
+	// Redis holds the buckets of the global rate limits (SPEC 17); nil (the default): none,
+	// and a route's rate_limit cannot have scope: global.
+	Redis *Redis `koanf:"redis" json:"redis,omitempty"`
 }
 
 // Log holds the log settings (config.yaml, key log).

@@ -135,6 +135,8 @@ func (l *loader) checkServer(cfg *Config) {
 	l.checkClientIdentity(cfg)
 	l.checkAuthDefaults(cfg)
 	l.checkResolver(&cfg.Server)
+	l.checkRedis(cfg)
+	l.hasRedis = cfg.Server.Redis != nil
 }
 
 // checkListenHost accepts an IP address or a host name to listen on.
@@ -448,7 +450,7 @@ func (l *loader) checkRoute(r *Route, in *routeInput, bad func(key, format strin
 	if r.StreamRequestBody != nil && !*r.StreamRequestBody && r.Effective.MaxBodyBytes > MaxBufferedBodyBytes {
 		bad("stream_request_body", "false buffers every body in memory, which is refused with max_body_bytes above %d (8 MiB): it is %d here; remove the key to stream large bodies", MaxBufferedBodyBytes, r.Effective.MaxBodyBytes)
 	}
-	checkRateLimit(r, bad)
+	checkRateLimit(r, l.hasRedis, bad)
 	checkTunnelRoute(r, in, bad)
 }
 

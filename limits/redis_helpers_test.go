@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,7 +36,25 @@ type redisServer struct {
 	dir  string
 	args []string
 	cmd  *exec.Cmd
-	out  *bytes.Buffer
+	out  *lockedBuffer
+}
+
+// lockedBuffer collects a server's output, written by exec's copier and read by the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // needRedis skips the test when redis-server is not installed (outside make test), or fails it
@@ -79,7 +98,7 @@ func startRedis(t testing.TB, extra ...string) *redisServer {
 func (s *redisServer) start() {
 	s.t.Helper()
 	bin := needRedis(s.t)
-	s.out = &bytes.Buffer{}
+	s.out = &lockedBuffer{}
 	s.cmd = exec.Command(bin, s.args...)
 	s.cmd.Dir = s.dir
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
@@ -98,10 +117,12 @@ func (s *redisServer) start() {
 	}
 }
 
-// ping sends PING over a fresh connection (plain TCP, or TLS when the server was started with
-// --tls-port as its only port).
+// ping sends PING over a fresh plain connection.
 func (s *redisServer) ping() error {
 	_, err := s.do("PING")
+	if err != nil && strings.HasPrefix(err.Error(), "redis: NOAUTH") {
+		return nil // a server that requires a password answers
+	}
 	return err
 }
 
@@ -241,7 +262,7 @@ func startRedisTLS(t testing.TB, extra ...string) *redisTLS {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	r := &redisTLS{redisServer: s, client: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}}
-	s.out = &bytes.Buffer{}
+	s.out = &lockedBuffer{}
 	s.cmd = exec.Command(bin, s.args...)
 	s.cmd.Dir = dir
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out

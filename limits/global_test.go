@@ -1,0 +1,410 @@
+package limits
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/redis/rueidis"
+)
+
+// inspect returns a plain rueidis client of addrs for looking at what the limiter stored.
+func inspect(t *testing.T, o rueidis.ClientOption) rueidis.Client {
+	t.Helper()
+	o.DisableCache = true
+	c, err := rueidis.NewClient(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// instance is one simulated Toron process: its own client of Redis and its own limiter.
+type instance struct {
+	r      *Redis
+	g      *GlobalLimiter
+	errors *metrics.Counter
+	set    *metrics.Set
+}
+
+func newInstance(t *testing.T, o RedisOptions, route string, rate, burst float64, onError OnError) *instance {
+	t.Helper()
+	set := metrics.NewSet()
+	in := &instance{r: newTestRedis(t, o), set: set,
+		errors: set.NewCounter(`toron_ratelimit_backend_errors_total{route="` + route + `"}`)}
+	in.g = NewGlobalLimiter(in.r, rate, burst, GlobalOptions{Route: route, Local: NewRateLimiter(rate, burst, 0),
+		OnError: onError, Errors: in.errors})
+	return in
+}
+
+func TestGlobalKeyLayoutAndExpiry(t *testing.T) {
+	s := startRedis(t)
+	in := newInstance(t, RedisOptions{Addrs: []string{s.addr}, Timeout: time.Second}, "/api", 2, 3, OnErrorDeny)
+	a := netip.MustParseAddr("192.0.2.7")
+	for i := 0; i < 3; i++ {
+		if ok, _ := in.g.AllowIP(a, time.Now()); !ok {
+			t.Fatalf("decision %d of a burst of 3 refused", i+1)
+		}
+	}
+	ok, wait := in.g.AllowIP(a, time.Now())
+	if ok || wait <= 0 || wait > 600*time.Millisecond {
+		t.Fatalf("4th decision: ok=%v wait=%s, want a refusal of about 500ms", ok, wait)
+	}
+	if !in.r.Up() || in.errors.Get() != 0 {
+		t.Fatalf("up=%v errors=%d after answered decisions", in.r.Up(), in.errors.Get())
+	}
+
+	c := inspect(t, rueidis.ClientOption{InitAddress: []string{s.addr}})
+	ctx := context.Background()
+	keys, err := c.Do(ctx, c.B().Keys().Pattern("*").Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := IPKey(a)
+	in17 := []byte{'i'}
+	in17 = fmt.Appendf(in17, "%s", []byte{byte(k.hi >> 56), byte(k.hi >> 48), byte(k.hi >> 40), byte(k.hi >> 32),
+		byte(k.hi >> 24), byte(k.hi >> 16), byte(k.hi >> 8), byte(k.hi), byte(k.lo >> 56), byte(k.lo >> 48),
+		byte(k.lo >> 40), byte(k.lo >> 32), byte(k.lo >> 24), byte(k.lo >> 16), byte(k.lo >> 8), byte(k.lo)})
+	sum := sha256.Sum256(in17)
+	want := "toron:rl:{/api}:" + hex.EncodeToString(sum[:8])
+	if len(keys) != 1 || keys[0] != want {
+		t.Fatalf("keys in redis %q, want [%q]", keys, want)
+	}
+	if strings.Contains(keys[0], "192.0.2.7") {
+		t.Fatalf("the client IP is stored in redis: %q", keys[0])
+	}
+	// Three tokens taken at 2/s: the bucket is full again in about 1.5 s, and so the key expires.
+	pttl, err := c.Do(ctx, c.B().Pttl().Key(want).Build()).AsInt64()
+	if err != nil || pttl <= 1000 || pttl > 1600 {
+		t.Fatalf("PTTL %d ms (%v), want about 1500", pttl, err)
+	}
+
+	// A header key: hashed the same way, never stored in the clear.
+	if ok, _ := in.g.AllowHeader([]byte("secret-api-key"), time.Now()); !ok {
+		t.Fatal("first decision of a header key refused")
+	}
+	keys, _ = c.Do(ctx, c.B().Keys().Pattern("*").Build()).AsStrSlice()
+	if len(keys) != 2 || strings.Contains(strings.Join(keys, " "), "secret") {
+		t.Fatalf("keys after a header key: %q", keys)
+	}
+	// The script is gone from the cache (a restarted server): EVALSHA falls back to EVAL.
+	if err := c.Do(ctx, c.B().ScriptFlush().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := in.g.AllowIP(netip.MustParseAddr("2001:db8:1:2::5"), time.Now()); !ok || in.errors.Get() != 0 {
+		t.Fatalf("decision after SCRIPT FLUSH: ok=%v errors=%d", ok, in.errors.Get())
+	}
+	// IPv6 clients share their /64.
+	for i := 0; i < 2; i++ {
+		in.g.AllowIP(netip.MustParseAddr(fmt.Sprintf("2001:db8:1:2::%x", 100+i)), time.Now())
+	}
+	if ok, _ := in.g.AllowIP(netip.MustParseAddr("2001:db8:1:2:ffff::1"), time.Now()); ok {
+		t.Fatal("a 4th address of one /64 was admitted: the /64 shares one bucket of 3")
+	}
+}
+
+// TestGlobalSharedAcrossInstances: three limiters with their own clients (three Toron
+// processes) share one Redis; over T seconds one key is admitted at most R·T + B times in
+// total and at least 99% of it, whichever instance each request reached.
+func TestGlobalSharedAcrossInstances(t *testing.T) {
+	s := startRedis(t)
+	const rate, burst = 100.0, 20.0
+	var ins []*instance
+	for i := 0; i < 3; i++ {
+		ins = append(ins, newInstance(t, RedisOptions{Addrs: []string{s.addr}, Timeout: time.Second}, "/shared", rate, burst, OnErrorDeny))
+	}
+	a := netip.MustParseAddr("198.51.100.1")
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	start := time.Now()
+	for _, in := range ins {
+		for j := 0; j < 2; j++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if ok, _ := in.g.AllowIP(a, time.Now()); ok {
+						admitted.Add(1)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}()
+		}
+	}
+	time.Sleep(2 * time.Second)
+	close(stop)
+	wg.Wait()
+	T := time.Since(start).Seconds()
+	got := float64(admitted.Load())
+	upper := rate*T + burst
+	// The lower bound allows the first and last decisions' round trips (50 ms of refill).
+	lower := 0.99 * (rate*(T-0.05) + burst)
+	t.Logf("admitted %v over %.3fs: bound R·T+B = %.1f", got, T, upper)
+	if got > upper || got < lower {
+		t.Fatalf("admitted %v over %.3fs, want within [%.1f, %.1f]", got, T, lower, upper)
+	}
+	for i, in := range ins {
+		if in.errors.Get() != 0 || !in.r.Up() {
+			t.Fatalf("instance %d: %d backend errors, up=%v", i, in.errors.Get(), in.r.Up())
+		}
+	}
+}
+
+// TestGlobalCluster: a Redis Cluster of three masters; one client is given every seed, another
+// a single node (the cluster is found from it). Keys of two routes land in their routes' slots
+// and each key's budget is shared.
+func TestGlobalCluster(t *testing.T) {
+	cl := startRedisCluster(t, 3)
+	const burst = 3
+	var ins []*instance
+	for _, addrs := range [][]string{cl.addrs(), {cl.nodes[1].addr}} {
+		for _, route := range []string{"/a", "/b"} {
+			ins = append(ins, newInstance(t, RedisOptions{Addrs: addrs, Timeout: time.Second}, route, 0.001, burst, OnErrorDeny))
+		}
+	}
+	for k := 0; k < 20; k++ {
+		a := netip.AddrFrom4([4]byte{10, 0, 0, byte(k)})
+		for ri, route := range []string{"/a", "/b"} {
+			n := 0
+			for rep := 0; rep < 3; rep++ {
+				for _, in := range []*instance{ins[ri], ins[2+ri]} {
+					if ok, _ := in.g.AllowIP(a, time.Now()); ok {
+						n++
+					}
+				}
+			}
+			if n != burst {
+				t.Fatalf("route %s key %d: %d of 6 decisions admitted across two clients, want %d", route, k, n, burst)
+			}
+		}
+	}
+	for i, in := range ins {
+		if in.errors.Get() != 0 {
+			t.Fatalf("instance %d: %d backend errors", i, in.errors.Get())
+		}
+	}
+	// Each route's 20 keys sit together on one node, the one serving its hash tag's slot.
+	c := inspect(t, rueidis.ClientOption{InitAddress: cl.addrs()})
+	ctx := context.Background()
+	for _, route := range []string{"/a", "/b"} {
+		var where []string
+		for addr, node := range c.Nodes() {
+			keys, err := node.Do(ctx, node.B().Keys().Pattern("toron:rl:{"+route+"}:*").Build()).AsStrSlice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(keys) > 0 {
+				where = append(where, fmt.Sprintf("%s:%d", addr, len(keys)))
+			}
+		}
+		if len(where) != 1 || !strings.HasSuffix(where[0], ":20") {
+			t.Fatalf("route %s: keys per node %v, want all 20 on one node", route, where)
+		}
+	}
+}
+
+func TestGlobalAuthTLSAndDB(t *testing.T) {
+	t.Run("password", func(t *testing.T) {
+		s := startRedis(t, "--requirepass", "s3cret")
+		in := newInstance(t, RedisOptions{Addrs: []string{s.addr}, Password: "s3cret", DB: 3, Timeout: time.Second}, "/p", 1, 1, OnErrorDeny)
+		if ok, _ := in.g.AllowIP(netip.MustParseAddr("192.0.2.1"), time.Now()); !ok || in.errors.Get() != 0 {
+			t.Fatalf("ok=%v errors=%d", ok, in.errors.Get())
+		}
+		c := inspect(t, rueidis.ClientOption{InitAddress: []string{s.addr}, Password: "s3cret", SelectDB: 3})
+		if n, err := c.Do(context.Background(), c.B().Dbsize().Build()).AsInt64(); err != nil || n != 1 {
+			t.Fatalf("db 3 holds %d keys (%v), want 1", n, err)
+		}
+		// A wrong password never connects: every decision follows on_error.
+		r, err := NewRedis(RedisOptions{Addrs: []string{s.addr}, Password: "wrong", Timeout: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		g := NewGlobalLimiter(r, 1, 1, GlobalOptions{Route: "/p", Local: NewRateLimiter(1, 1, 0), OnError: OnErrorDeny})
+		time.Sleep(100 * time.Millisecond)
+		if ok, wait := g.AllowIP(netip.MustParseAddr("192.0.2.2"), time.Now()); ok || wait != time.Second || r.Up() {
+			t.Fatalf("wrong password: ok=%v wait=%s up=%v, want the deny verdict", ok, wait, r.Up())
+		}
+	})
+	t.Run("acl-user", func(t *testing.T) {
+		s := startRedis(t, "--user", "toron", "on", ">pw", "~toron:*", "+@all", "--user", "default", "off")
+		in := newInstance(t, RedisOptions{Addrs: []string{s.addr}, Username: "toron", Password: "pw", Timeout: time.Second}, "/u", 1, 1, OnErrorDeny)
+		if ok, _ := in.g.AllowIP(netip.MustParseAddr("192.0.2.1"), time.Now()); !ok || in.errors.Get() != 0 {
+			t.Fatalf("ok=%v errors=%d", ok, in.errors.Get())
+		}
+	})
+	t.Run("tls", func(t *testing.T) {
+		s := startRedisTLS(t)
+		in := newInstance(t, RedisOptions{Addrs: []string{s.addr}, TLS: s.client, Timeout: time.Second}, "/t", 1, 1, OnErrorDeny)
+		a := netip.MustParseAddr("192.0.2.1")
+		if ok, _ := in.g.AllowIP(a, time.Now()); !ok {
+			t.Fatalf("first decision over TLS refused (errors %d)", in.errors.Get())
+		}
+		if ok, _ := in.g.AllowIP(a, time.Now()); ok || in.errors.Get() != 0 {
+			t.Fatalf("second decision over TLS: ok=%v errors=%d, want a refusal from redis", ok, in.errors.Get())
+		}
+	})
+}
+
+// TestGlobalRedisKilled kills Redis mid-run under each on_error mode: no decision waits much
+// longer than the timeout, the verdicts follow the mode, the breaker stops calling Redis, and
+// decisions come from Redis again soon after it is back.
+func TestGlobalRedisKilled(t *testing.T) {
+	const timeout = 50 * time.Millisecond
+	for _, mode := range []struct {
+		name string
+		m    OnError
+	}{{"local", OnErrorLocal}, {"allow", OnErrorAllow}, {"deny", OnErrorDeny}} {
+		t.Run(mode.name, func(t *testing.T) {
+			s := startRedis(t)
+			in := newInstance(t, RedisOptions{Addrs: []string{s.addr}, Timeout: timeout}, "/k", 1000, 1000, mode.m)
+			// The local fallback is tighter, so that its verdicts can be told apart.
+			in.g.local.SetRate(0.001, 2)
+			a := netip.MustParseAddr("203.0.113.9")
+			if ok, _ := in.g.AllowIP(a, time.Now()); !ok || !in.r.Up() {
+				t.Fatal("decision before the kill refused")
+			}
+			s.stop()
+			var allowed int
+			var slowest time.Duration
+			for i := 0; i < 20; i++ {
+				t0 := time.Now()
+				ok, wait := in.g.AllowIP(a, t0)
+				slowest = max(slowest, time.Since(t0))
+				if ok {
+					allowed++
+				} else if mode.m == OnErrorDeny && wait != time.Second {
+					t.Fatalf("deny mode: Retry-After wait %s, want 1s", wait)
+				}
+			}
+			if slowest > timeout+500*time.Millisecond {
+				t.Fatalf("a decision waited %s with redis down, timeout %s", slowest, timeout)
+			}
+			want := map[OnError]int{OnErrorLocal: 2, OnErrorAllow: 20, OnErrorDeny: 0}[mode.m]
+			if allowed != want {
+				t.Fatalf("%d of 20 admitted with redis down, want %d", allowed, want)
+			}
+			if up, n, fails := in.r.Up(), in.errors.Get(), in.r.fails.Load(); up || n != 20 || fails < redisBreakerFailures {
+				t.Fatalf("with redis down: up=%v errors=%d failures in a row %d, want down, 20 and at least %d",
+					up, n, fails, redisBreakerFailures)
+			}
+
+			s.restart()
+			back := time.Now()
+			b := netip.MustParseAddr("203.0.113.10")
+			for {
+				ok, _ := in.g.AllowIP(b, time.Now())
+				if ok && in.r.Up() {
+					break
+				}
+				if time.Since(back) > 5*time.Second {
+					t.Fatalf("no decision from redis within 5s of its restart")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			took := time.Since(back)
+			t.Logf("decisions from redis again %s after it came back (breaker pause %s)", took, redisBreakerPause)
+			if took > redisBreakerPause+time.Second {
+				t.Fatalf("recovery took %s, want within about the breaker pause of %s", took, redisBreakerPause)
+			}
+		})
+	}
+}
+
+// TestGlobalSilentRedis: a server that accepts connections and never answers. Decisions wait at
+// most the timeout, then on_error decides; after 5 the breaker skips Redis, so they cost nothing.
+func TestGlobalSilentRedis(t *testing.T) {
+	const timeout = 30 * time.Millisecond
+	s := startSilentRedis(t)
+	r, err := NewRedis(RedisOptions{Addrs: []string{s.addr}, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	errs := metrics.NewSet().NewCounter(`toron_ratelimit_backend_errors_total{route="/s"}`)
+	g := NewGlobalLimiter(r, 1, 1, GlobalOptions{Route: "/s", Local: NewRateLimiter(1, 1, 0), OnError: OnErrorAllow, Errors: errs})
+	var slowest time.Duration
+	t0 := time.Now()
+	for i := 0; i < 50; i++ {
+		d0 := time.Now()
+		if ok, _ := g.AllowIP(netip.MustParseAddr("192.0.2.99"), d0); !ok {
+			t.Fatalf("decision %d refused under on_error allow", i)
+		}
+		slowest = max(slowest, time.Since(d0))
+	}
+	total := time.Since(t0)
+	t.Logf("50 decisions against a silent redis: %s in all, slowest %s", total, slowest)
+	if slowest > timeout+500*time.Millisecond {
+		t.Fatalf("a decision waited %s, timeout %s", slowest, timeout)
+	}
+	if total > 5*(timeout+500*time.Millisecond) {
+		t.Fatalf("50 decisions took %s: the breaker did not skip the silent redis", total)
+	}
+	if errs.Get() != 50 || r.Up() {
+		t.Fatalf("errors=%d up=%v, want 50 and down", errs.Get(), r.Up())
+	}
+}
+
+// TestGlobalKeyFlood: a million distinct keys leave the process's heap flat. While Redis is down
+// every decision is the local fallback's, bounded at DefaultRateLimitKeys buckets; while it is
+// up, the process keeps nothing per key at all.
+func TestGlobalKeyFlood(t *testing.T) {
+	s := startRedis(t)
+	in := newInstance(t, RedisOptions{Addrs: []string{s.addr}, Timeout: 20 * time.Millisecond}, "/flood", 1, 1, OnErrorLocal)
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	key := func(i int) netip.Addr {
+		return netip.AddrFrom4([4]byte{byte(i >> 24), byte(i >> 16), byte(i >> 8), byte(i)})
+	}
+	// Up: 20,000 keys through Redis.
+	h0 := heap()
+	for i := 0; i < 20_000; i++ {
+		in.g.AllowIP(key(i), time.Now())
+	}
+	h1 := heap()
+	if in.errors.Get() != 0 {
+		t.Fatalf("%d backend errors with redis up", in.errors.Get())
+	}
+	s.stop()
+	// Down: the first 200,000 keys fill the fallback's table, the next 800,000 change nothing.
+	now := time.Now()
+	for i := 0; i < 200_000; i++ {
+		in.g.AllowIP(key(1<<24+i), now)
+	}
+	h2 := heap()
+	for i := 200_000; i < 1_000_000; i++ {
+		in.g.AllowIP(key(1<<24+i), now)
+	}
+	h3 := heap()
+	t.Logf("heap: %d KiB, after 20k keys through redis %d KiB, after 200k local %d KiB, after 1M %d KiB; local keys %d",
+		h0>>10, h1>>10, h2>>10, h3>>10, in.g.local.keys.Load())
+	if grow := int64(h1) - int64(h0); grow > 4<<20 {
+		t.Fatalf("20k keys through redis grew the heap by %d KiB", grow>>10)
+	}
+	if grow := int64(h3) - int64(h2); grow > 4<<20 {
+		t.Fatalf("800k more keys grew the heap by %d KiB: the fallback is not bounded", grow>>10)
+	}
+	if n := in.g.local.keys.Load(); n > DefaultRateLimitKeys {
+		t.Fatalf("fallback holds %d keys, bound %d", n, DefaultRateLimitKeys)
+	}
+}
