@@ -126,6 +126,10 @@ func splitDocs(b []byte) [][]byte {
 	return out
 }
 
+// optionalManifests are applied on their own, never by the kustomization (redis.yaml: the Redis
+// of the global rate limits, docs/rate-limits.md).
+var optionalManifests = []string{"redis.yaml"}
+
 // load reads the kustomization of dir and decodes every resource it lists strictly into its
 // Kubernetes API type.
 func load(dir string, p *problems) *manifests {
@@ -144,7 +148,7 @@ func load(dir string, p *problems) *manifests {
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	for _, f := range files {
-		if base := filepath.Base(f); base != "kustomization.yaml" && !slices.Contains(k.Resources, base) {
+		if base := filepath.Base(f); base != "kustomization.yaml" && !slices.Contains(optionalManifests, base) && !slices.Contains(k.Resources, base) {
 			p.addf("kustomization.yaml: %s is not listed in resources", base)
 		}
 	}
@@ -593,6 +597,106 @@ func TestManifestsFailures(t *testing.T) {
 				}
 			}
 			p := checkManifests(t, dir)
+			if !slices.ContainsFunc(p, func(s string) bool { return strings.Contains(s, tc.want) }) {
+				t.Errorf("no problem mentions %q; got:\n  %s", tc.want, strings.Join(p, "\n  "))
+			}
+		})
+	}
+}
+
+// checkRedisManifest checks redis.yaml: strict decoding, one Deployment and its Service, the
+// Service selecting the pods on port 6379, no persistence, and not started by the kustomization.
+func checkRedisManifest(dir string) problems {
+	var p problems
+	b, err := os.ReadFile(filepath.Join(dir, "redis.yaml"))
+	if err != nil {
+		p.addf("redis.yaml: %v", err)
+		return p
+	}
+	var dep *appsv1.Deployment
+	var svc *corev1.Service
+	for i, doc := range splitDocs(b) {
+		var tm metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &tm); err != nil {
+			p.addf("redis.yaml (document %d): %v", i+1, err)
+			continue
+		}
+		switch tm.APIVersion + " " + tm.Kind {
+		case "apps/v1 Deployment":
+			dep = &appsv1.Deployment{}
+			if err := decodeStrict(doc, dep); err != nil {
+				p.addf("redis.yaml (document %d): %v", i+1, err)
+				dep = nil
+			}
+		case "v1 Service":
+			svc = &corev1.Service{}
+			if err := decodeStrict(doc, svc); err != nil {
+				p.addf("redis.yaml (document %d): %v", i+1, err)
+				svc = nil
+			}
+		default:
+			p.addf("redis.yaml (document %d): apiVersion %q kind %q, want a Deployment and a Service", i+1, tm.APIVersion, tm.Kind)
+		}
+	}
+	if dep == nil || svc == nil {
+		p.addf("redis.yaml: want one Deployment and one Service")
+		return p
+	}
+	pods := labels.Set(dep.Spec.Template.Labels)
+	if sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector); err != nil || !sel.Matches(pods) {
+		p.addf("redis.yaml: Deployment %s: selector does not select its own pods", dep.Name)
+	}
+	if len(svc.Spec.Selector) == 0 || !labels.SelectorFromSet(svc.Spec.Selector).Matches(pods) {
+		p.addf("redis.yaml: Service %s does not select the Redis pods", svc.Name)
+	}
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 6379 {
+		p.addf("redis.yaml: Service %s must expose port 6379", svc.Name)
+	}
+	if c := dep.Spec.Template.Spec.Containers; len(c) != 1 || len(c[0].Ports) != 1 || c[0].Ports[0].ContainerPort != 6379 ||
+		svc.Spec.Ports[0].TargetPort.String() != c[0].Ports[0].Name {
+		p.addf("redis.yaml: the Service's targetPort must name the container's port 6379")
+	} else if args := strings.Join(c[0].Args, " "); !strings.Contains(args, "--appendonly no") || !strings.Contains(args, `--save `) {
+		p.addf("redis.yaml: the container must run without persistence (--save \"\" --appendonly no), args %q", args)
+	}
+	if k, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml")); err == nil && bytes.Contains(k, []byte("redis.yaml")) {
+		p.addf("kustomization.yaml lists redis.yaml: the Redis must not start by default")
+	}
+	return p
+}
+
+// TestRedisManifest: the optional Redis decodes strictly and is wired to itself; a mistake made
+// on a copy is reported.
+func TestRedisManifest(t *testing.T) {
+	if p := checkRedisManifest(manifestDir); len(p) > 0 {
+		t.Errorf("deploy/kubernetes/redis.yaml:\n  %s", strings.Join(p, "\n  "))
+	}
+	orig, err := os.ReadFile(filepath.Join(manifestDir, "redis.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kust, err := os.ReadFile(filepath.Join(manifestDir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, file, old, new, want string }{
+		{"unknown field", "redis.yaml", "          readinessProbe:\n", "          readinesProbe:\n", `unknown field "readinesProbe"`},
+		{"Service selects nothing", "redis.yaml", "  selector:\n    app.kubernetes.io/name: toron-redis\n", "  selector:\n    app.kubernetes.io/name: redis\n", "does not select the Redis pods"},
+		{"persistence on", "redis.yaml", `"--appendonly", "no"`, `"--appendonly", "yes"`, "without persistence"},
+		{"started by default", "kustomization.yaml", "  - pdb.yaml\n", "  - pdb.yaml\n  - redis.yaml\n", "must not start by default"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			files := map[string][]byte{"redis.yaml": orig, "kustomization.yaml": kust}
+			if !bytes.Contains(files[tc.file], []byte(tc.old)) {
+				t.Fatalf("%s does not contain %q: the case no longer applies", tc.file, tc.old)
+			}
+			files[tc.file] = bytes.Replace(files[tc.file], []byte(tc.old), []byte(tc.new), 1)
+			for name, b := range files {
+				if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := checkRedisManifest(dir)
 			if !slices.ContainsFunc(p, func(s string) bool { return strings.Contains(s, tc.want) }) {
 				t.Errorf("no problem mentions %q; got:\n  %s", tc.want, strings.Join(p, "\n  "))
 			}

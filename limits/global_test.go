@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -406,5 +407,72 @@ func TestGlobalKeyFlood(t *testing.T) {
 	}
 	if n := in.g.local.keys.Load(); n > DefaultRateLimitKeys {
 		t.Fatalf("fallback holds %d keys, bound %d", n, DefaultRateLimitKeys)
+	}
+}
+
+// TestGlobalFrozenRedis: a connected Redis stops answering mid-run (SIGSTOP: its socket still
+// accepts bytes, nothing comes back). In-flight decisions end at the timeout, the breaker then
+// skips Redis, and once it runs again (SIGCONT) decisions come from it within about a second.
+func TestGlobalFrozenRedis(t *testing.T) {
+	const timeout = 30 * time.Millisecond
+	s := startRedis(t)
+	in := newInstance(t, RedisOptions{Addrs: []string{s.addr}, Timeout: timeout}, "/f", 1000, 1000, OnErrorDeny)
+	a := netip.MustParseAddr("192.0.2.50")
+	if ok, _ := in.g.AllowIP(a, time.Now()); !ok {
+		t.Fatal("decision before the freeze refused")
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer s.cmd.Process.Signal(syscall.SIGCONT)
+	// 16 concurrent callers, as requests of many connections would be.
+	var wg sync.WaitGroup
+	var slowest atomic.Int64
+	var admitted atomic.Int64
+	t0 := time.Now()
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 10; j++ {
+				d0 := time.Now()
+				if ok, _ := in.g.AllowIP(a, d0); ok {
+					admitted.Add(1)
+				}
+				d := int64(time.Since(d0))
+				for {
+					m := slowest.Load()
+					if d <= m || slowest.CompareAndSwap(m, d) {
+						break
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	total := time.Since(t0)
+	t.Logf("160 decisions against a frozen redis: %s in all, slowest %s", total, time.Duration(slowest.Load()))
+	if d := time.Duration(slowest.Load()); d > timeout+500*time.Millisecond {
+		t.Fatalf("a decision waited %s, timeout %s", d, timeout)
+	}
+	if admitted.Load() != 0 || in.errors.Get() != 160 || in.r.Up() {
+		t.Fatalf("admitted %d, errors %d, up %v: want the deny verdict 160 times and redis down", admitted.Load(), in.errors.Get(), in.r.Up())
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	for {
+		if ok, _ := in.g.AllowIP(a, time.Now()); ok && in.r.Up() {
+			break
+		}
+		if time.Since(back) > 5*time.Second {
+			t.Fatal("no decision from redis within 5s of it running again")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("decisions from redis again %s after it ran again", time.Since(back))
+	if took := time.Since(back); took > redisBreakerPause+time.Second {
+		t.Fatalf("recovery took %s", took)
 	}
 }
