@@ -149,13 +149,16 @@ func TestGlobalSharedAcrossInstances(t *testing.T) {
 		}
 	}
 	time.Sleep(2 * time.Second)
+	stopped := time.Since(start).Seconds()
 	close(stop)
 	wg.Wait()
 	T := time.Since(start).Seconds()
 	got := float64(admitted.Load())
+	// Every admitted decision lies within [start, T]; the lower bound counts only the window
+	// before the stop, less 100 ms for the first round trip and a busy machine's scheduling
+	// (10 tokens at R = 100).
 	upper := rate*T + burst
-	// The lower bound allows the first and last decisions' round trips (50 ms of refill).
-	lower := 0.99 * (rate*(T-0.05) + burst)
+	lower := 0.99 * (rate*(stopped-0.1) + burst)
 	t.Logf("admitted %v over %.3fs: bound R·T+B = %.1f", got, T, upper)
 	if got > upper || got < lower {
 		t.Fatalf("admitted %v over %.3fs, want within [%.1f, %.1f]", got, T, lower, upper)
@@ -267,7 +270,8 @@ func TestGlobalAuthTLSAndDB(t *testing.T) {
 // longer than the timeout, the verdicts follow the mode, the breaker stops calling Redis, and
 // decisions come from Redis again soon after it is back.
 func TestGlobalRedisKilled(t *testing.T) {
-	const timeout = 50 * time.Millisecond
+	// Generous: a busy machine must not turn the decisions before the kill into timeouts.
+	const timeout = 200 * time.Millisecond
 	for _, mode := range []struct {
 		name string
 		m    OnError
@@ -321,7 +325,10 @@ func TestGlobalRedisKilled(t *testing.T) {
 			}
 			took := time.Since(back)
 			t.Logf("decisions from redis again %s after it came back (breaker pause %s)", took, redisBreakerPause)
-			if took > redisBreakerPause+time.Second {
+			// The next probe after the restart succeeds (about one pause); on a busy machine
+			// the first may still miss its timeout (a fresh connection, HELLO, NOSCRIPT, EVAL),
+			// so two pauses are allowed.
+			if took > 2*redisBreakerPause+time.Second {
 				t.Fatalf("recovery took %s, want within about the breaker pause of %s", took, redisBreakerPause)
 			}
 		})
@@ -367,7 +374,7 @@ func TestGlobalSilentRedis(t *testing.T) {
 // up, the process keeps nothing per key at all.
 func TestGlobalKeyFlood(t *testing.T) {
 	s := startRedis(t)
-	in := newInstance(t, RedisOptions{Addrs: []string{s.addr}, Timeout: 20 * time.Millisecond}, "/flood", 1, 1, OnErrorLocal)
+	in := newInstance(t, RedisOptions{Addrs: []string{s.addr}, Timeout: time.Second}, "/flood", 1, 1, OnErrorLocal)
 	heap := func() uint64 {
 		runtime.GC()
 		var ms runtime.MemStats
@@ -418,9 +425,11 @@ func TestGlobalFrozenRedis(t *testing.T) {
 	s := startRedis(t)
 	in := newInstance(t, RedisOptions{Addrs: []string{s.addr}, Timeout: timeout}, "/f", 1000, 1000, OnErrorDeny)
 	a := netip.MustParseAddr("192.0.2.50")
-	if ok, _ := in.g.AllowIP(a, time.Now()); !ok {
-		t.Fatal("decision before the freeze refused")
+	// Before the freeze, one decision from Redis (a busy machine may miss the first timeout).
+	if !waitFor(5*time.Second, func() bool { ok, _ := in.g.AllowIP(a, time.Now()); return ok && in.r.Up() }) {
+		t.Fatal("no decision from redis before the freeze")
 	}
+	errsBefore := in.errors.Get()
 	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -455,8 +464,8 @@ func TestGlobalFrozenRedis(t *testing.T) {
 	if d := time.Duration(slowest.Load()); d > timeout+500*time.Millisecond {
 		t.Fatalf("a decision waited %s, timeout %s", d, timeout)
 	}
-	if admitted.Load() != 0 || in.errors.Get() != 160 || in.r.Up() {
-		t.Fatalf("admitted %d, errors %d, up %v: want the deny verdict 160 times and redis down", admitted.Load(), in.errors.Get(), in.r.Up())
+	if admitted.Load() != 0 || in.errors.Get()-errsBefore != 160 || in.r.Up() {
+		t.Fatalf("admitted %d, errors %d, up %v: want the deny verdict 160 times and redis down", admitted.Load(), in.errors.Get()-errsBefore, in.r.Up())
 	}
 	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -472,7 +481,19 @@ func TestGlobalFrozenRedis(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Logf("decisions from redis again %s after it ran again", time.Since(back))
-	if took := time.Since(back); took > redisBreakerPause+time.Second {
+	if took := time.Since(back); took > 2*redisBreakerPause+time.Second {
 		t.Fatalf("recovery took %s", took)
 	}
+}
+
+// waitFor polls cond every 10 ms until it holds or d has passed.
+func waitFor(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
 }

@@ -92,11 +92,11 @@ func main() {
 	peers := fs.String("peers", "toron,nginx,haproxy", "isolation: the servers measured in the same interleaved rounds, comma-separated: toron, nginx, haproxy (loadtest/peers/)")
 	fs.StringVar(&o.nginx, "nginx", "nginx", "nginx binary for -peers nginx")
 	fs.StringVar(&o.haproxy, "haproxy", "haproxy", "haproxy binary for -peers haproxy")
-	fs.StringVar(&o.scenario, "scenario", "", "small-get, upload, isolation, slow-client, slow-target, tunnel, tls-silent, idle; helpers: upstream, probe, ws-echo, bare-server")
+	fs.StringVar(&o.scenario, "scenario", "", "small-get, upload, isolation, slow-client, slow-target, tunnel, tls-silent, idle, global-rl; helpers: upstream, probe, ws-echo, bare-server")
 	fs.StringVar(&o.out, "out", "out/loadtest", "folder for the plots, tables and the gateway's log")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of each measured phase")
 	fs.StringVar(&o.target, "target", "", "measure this running server (base URL on 127.0.0.1; for upload the full URL) instead of starting the gateway")
-	fs.IntVar(&o.rate, "rate", 0, "small-get: requests per second, 0 for as fast as -connections allow")
+	fs.IntVar(&o.rate, "rate", 0, "small-get: requests per second, 0 for as fast as -connections allow; global-rl: default 5000")
 	fs.IntVar(&o.connections, "connections", 64, "small-get: concurrent connections")
 	fs.IntVar(&o.apiRate, "api-rate", 200, "slow-client, tunnel: /api requests per second; isolation: the same when -api-conns is 0")
 	fs.IntVar(&o.apiConns, "api-conns", 8, "isolation: /api keep-alive connections, each sending its next request when the last is answered (closed loop: the throughput figure); 0 for -api-rate")
@@ -151,7 +151,7 @@ func main() {
 }
 
 // scenarios are the values of -scenario.
-var scenarios = []string{"small-get", "upload", "isolation", "slow-client", "slow-target", "tls-silent", "upstream", "probe", "naive-proxy", "tcp-relay", "tunnel", "ws-echo", "ws-upstream", "idle", "bare-server"}
+var scenarios = []string{"small-get", "upload", "isolation", "slow-client", "slow-target", "tls-silent", "upstream", "probe", "naive-proxy", "tcp-relay", "tunnel", "ws-echo", "ws-upstream", "idle", "bare-server", "global-rl"}
 
 func (o *options) validate() error {
 	if !slices.Contains(scenarios, o.scenario) {
@@ -201,6 +201,8 @@ func (o *options) validate() error {
 
 func run(o options) error {
 	switch o.scenario {
+	case "global-rl":
+		return globalRL(o)
 	case "small-get":
 		return smallGet(o)
 	case "upload":

@@ -49,6 +49,9 @@ server:
   port: {{.Port}}
   drain_delay: 0s
   shutdown_timeout: 5s
+{{- if .Redis}}
+  redis: {addrs: ["{{.Redis}}"]}
+{{- end}}
 log:
   level: info
   format: json
@@ -102,6 +105,11 @@ func StartToron(binary, dir string, ro RouteOptions) (*Toron, error) {
 
 // StartToronRoutes is StartToron with a routes file of the caller's.
 func StartToronRoutes(binary, dir, routes string) (*Toron, error) {
+	return StartToronRedis(binary, dir, routes, "")
+}
+
+// StartToronRedis is StartToronRoutes with server.redis at redis (host:port; "" for none).
+func StartToronRedis(binary, dir, routes, redis string) (*Toron, error) {
 	if _, err := os.Stat(binary); err != nil {
 		return nil, fmt.Errorf("loadtest: no gateway binary at %s (build it with `make build`, or pass -toron): %w", binary, err)
 	}
@@ -111,7 +119,7 @@ func StartToronRoutes(binary, dir, routes string) (*Toron, error) {
 	}
 	cfgPath := filepath.Join(dir, "config.yaml")
 	routesPath := filepath.Join(dir, "routes.yaml")
-	if err := writeTemplate(cfgPath, configTemplate, map[string]int{"Port": port}); err != nil {
+	if err := writeTemplate(cfgPath, configTemplate, map[string]any{"Port": port, "Redis": redis}); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(routesPath, []byte(routes), 0o644); err != nil {
