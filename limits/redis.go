@@ -42,9 +42,17 @@ const (
 // the background (a Toron that starts before its Redis must not need a restart).
 const redisConnectRetry = time.Second
 
-// redisDialTimeout bounds a dial of the background connector: well above a loopback or
-// same-zone dial, well below a pause that would delay recovery.
-const redisDialTimeout = time.Second
+// redisDialTimeout bounds a dial and its handshake (TCP, TLS, HELLO): well above a loopback or
+// same-zone dial. A decision's own reconnect is bounded by the decision's timeout; a few of the
+// client's reconnect paths are not (they dial without the caller's deadline while concurrent
+// callers wait for that connection), and this is their bound: a decision can wait this long, at
+// worst, when Redis hangs just as a connection is being replaced (seen once in many runs of
+// TestGlobalFrozenRedis under load, with a bound of 1 s).
+const redisDialTimeout = 250 * time.Millisecond
+
+// redisReplyTimeout is how long a connection waits for the reply of a command that has no
+// deadline of its own (the client's keep-alive PING) before it is closed and dialed anew.
+const redisReplyTimeout = 2 * time.Second
 
 // redisConnBuffer is the read and write buffer of one connection; decisions are a few dozen
 // bytes each, so rueidis's 512 KiB default would only cost memory.
@@ -118,11 +126,10 @@ func (o *RedisOptions) clientOption() rueidis.ClientOption {
 		TLSConfig:   o.TLS,
 		Dialer:      net.Dialer{Timeout: redisDialTimeout},
 		// No client-side caching (nothing is read twice), no retries (a decision has one
-		// timeout to keep, and the script is not idempotent), replies within 10 s or the
-		// connection is closed and dialed anew.
+		// timeout to keep, and the script is not idempotent).
 		DisableCache:        true,
 		DisableRetry:        true,
-		ConnWriteTimeout:    10 * time.Second,
+		ConnWriteTimeout:    redisReplyTimeout,
 		ReadBufferEachConn:  redisConnBuffer,
 		WriteBufferEachConn: redisConnBuffer,
 		ClientName:          "toron",
