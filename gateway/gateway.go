@@ -72,6 +72,9 @@ type snapshot struct {
 	healthPath  []byte
 	metricsPath []byte
 	trusted     trustedSet // server.trusted_proxies (clientip.go)
+	// redis is the client of server.redis, nil without it; a reload that keeps server.redis
+	// keeps the client (ratelimit.go, redisOf).
+	redis *limits.Redis
 }
 
 // route is a configured route with its runtime parts.
@@ -139,6 +142,12 @@ func New(cfg *conf.Config, log *zap.Logger) (*Gateway, error) {
 	g.reloads = set.NewCounter(metricReloads)
 	g.reloadKO = set.NewCounter(metricReloadErrors)
 	tracing.DroppedCounter(set) // at 0 with tracing off, so its alert has a series
+	set.NewGauge(metricRedisUp, func() float64 {
+		if r := g.snap.Load().redis; r != nil && r.Up() {
+			return 1
+		}
+		return 0
+	})
 	set.NewGauge(metricWorkersBusy, func() float64 { return float64(g.workers.Busy()) })
 	set.NewGauge(metricWorkersMax, func() float64 { return float64(g.workers.Size()) })
 	set.NewGauge(metricElevatedInflight, func() float64 { return float64(g.budget.InFlight()) })
@@ -239,6 +248,18 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, er
 	if snap.trusted, err = newTrustedSet(cfg); err != nil {
 		return nil, err
 	}
+	if snap.redis, err = redisOf(cfg, prev); err != nil {
+		return nil, err
+	}
+	built := false
+	if snap.redis != nil && (prev == nil || prev.redis != snap.redis) {
+		// A client made for this snapshot is closed when the snapshot fails to build.
+		defer func() {
+			if !built {
+				snap.redis.Close()
+			}
+		}()
+	}
 	old := map[string]*route{}
 	if prev != nil {
 		for _, r := range prev.routes {
@@ -298,7 +319,7 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, er
 		st := g.stats.get(rc.Name)
 		// The configured first entry: a discovered one may have no address at the moment.
 		rt := &route{name: rc.Name, eff: rc.Effective, stats: st, set: set, conf: rc, server: &cfg.Server, host: rc.Effective.Targets[0].Addr}
-		rt.rl = g.rateLimitOf(rc, st)
+		rt.rl = g.rateLimitOf(rc, st, snap.redis)
 		rt.rw, rt.tun = newRewrite(rc), g.tunnels.stats(rc)
 		rt.tls = tlsCfg
 		rt.traffic = newTrafficRules(rc)
@@ -308,6 +329,7 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, er
 		return nil, err
 	}
 	snap.table = newRouteTable(entries)
+	built = true
 	return snap, nil
 }
 
@@ -378,6 +400,11 @@ func (g *Gateway) Reload(cfg *conf.Config) error {
 			r.set.Close()
 		}
 	}
+	// A changed server.redis got a new client; decisions still waiting on the old one end at
+	// its close and follow on_error.
+	if old.redis != nil && old.redis != snap.redis {
+		old.redis.Close()
+	}
 	return nil
 }
 
@@ -440,13 +467,17 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.tunnels.closeAll()
 	// The targets' health checkers stop and their pools close their idle connections; a
 	// connection still lent closes when its request ends.
-	for _, r := range g.snap.Load().routes {
+	snap := g.snap.Load()
+	for _, r := range snap.routes {
 		if r.set != nil {
 			r.set.Close()
 		}
 	}
-	closeAuth(g.snap.Load().routes, nil) // JWKS refreshes stop, auth-service connections close
-	g.shutdownTracing(ctx)               // the spans still queued, once no request can end another
+	closeAuth(snap.routes, nil) // JWKS refreshes stop, auth-service connections close
+	if snap.redis != nil {
+		snap.redis.Close()
+	}
+	g.shutdownTracing(ctx) // the spans still queued, once no request can end another
 	return err
 }
 

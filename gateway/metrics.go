@@ -114,6 +114,9 @@ type routeStats struct {
 	// limiter holds the route name's rate-limit buckets (ratelimit.go), nil until a route of
 	// that name has a rate_limit; set under statsRegistry.mu.
 	limiter *limits.RateLimiter
+	// global is the route name's limiter with scope: global (ratelimit.go), nil until a
+	// route of that name has one; set under statsRegistry.mu.
+	global *limits.GlobalLimiter
 }
 
 // codeCounter returns toron_requests_total{route,code}, creating it on the first use of a code:

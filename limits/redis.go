@@ -170,6 +170,19 @@ func (r *Redis) Close() {
 // Up reports whether the last call succeeded (toron_redis_up).
 func (r *Redis) Up() bool { return r.up.Load() }
 
+// Connected reports whether the background connector has reached Redis once.
+func (r *Redis) Connected() bool { return r.client.Load() != nil }
+
+// Closed reports whether Close was called.
+func (r *Redis) Closed() bool {
+	select {
+	case <-r.stop:
+		return true
+	default:
+		return false
+	}
+}
+
 // Timeout returns the bound of one decision.
 func (r *Redis) Timeout() time.Duration { return r.timeout }
 

@@ -1,0 +1,189 @@
+package gateway
+
+import (
+	"bytes"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"toron/internal/testnet"
+)
+
+// The gateway's side of scope: global (SPEC 17) against a real redis-server on a loopback port
+// (limits/global_test.go tests the limiter itself: cluster, TLS, failures, floods).
+
+// startTestRedis starts a redis-server without persistence on a free loopback port and stops
+// it by PID when the test ends. It skips when redis-server is missing outside CI.
+func startTestRedis(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("redis-server is not installed (make test installs it: scripts/need-redis.sh)")
+		}
+		t.Skip("redis-server is not installed: run `make test` or apt-get install redis-server")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
+		"--appendonly", "no", "--daemonize", "no", "--dir", t.TempDir())
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	if !testnet.WaitUntil(10*time.Second, func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(time.Second))
+		_, _ = c.Write([]byte("PING\r\n"))
+		buf := make([]byte, 7)
+		n, _ := c.Read(buf)
+		return string(buf[:n]) == "+PONG\r\n"
+	}) {
+		t.Fatalf("redis-server on %s does not answer within 10s", addr)
+	}
+	return addr
+}
+
+// waitRedisUp waits until the gateway's client of server.redis is connected.
+func waitRedisUp(t *testing.T, g *Gateway) {
+	t.Helper()
+	r := g.snap.Load().redis
+	if r == nil {
+		t.Fatal("the gateway has no redis client")
+	}
+	// The first decision connects; Up turns 1 after the first success.
+	if !testnet.WaitUntil(10*time.Second, func() bool { return r.Connected() }) {
+		t.Fatal("redis client not connected within 10s")
+	}
+}
+
+func TestGlobalRateLimitAcrossGateways(t *testing.T) {
+	addr := startTestRedis(t)
+	up := startUpstream(t, nil)
+	server := "redis: {addrs: [\"" + addr + "\"], timeout: 1s}\n"
+	route := upstreamRoute("/api", up.addr, "rate_limit: {requests_per_second: 0.5, burst: 3, scope: global, on_error: deny}")
+	a := startGateway(t, server, route)
+	b := startGateway(t, server, route)
+	waitRedisUp(t, a.g)
+	waitRedisUp(t, b.g)
+	ca, cb := dialRaw(t, a.addr), dialRaw(t, b.addr)
+	for i, c := range []net.Conn{ca, cb, ca} {
+		if rr := getOn(t, c, "/api/x", ""); rr.StatusCode != 200 {
+			t.Fatalf("request %d of a burst of 3 shared by two gateways: %d %s", i+1, rr.StatusCode, rr.body)
+		}
+	}
+	rr := getOn(t, cb, "/api/x", "")
+	if rr.StatusCode != 429 || string(rr.body) != rateLimitedBody {
+		t.Fatalf("4th request, on the other gateway: %d %s, want the shared 429", rr.StatusCode, rr.body)
+	}
+	if ra := rr.Header.Get("Retry-After"); ra != "2" {
+		t.Errorf("Retry-After %q, want 2 (a token every 2s)", ra)
+	}
+	if n := up.requests.Load(); n != 3 {
+		t.Errorf("upstream saw %d requests, want 3", n)
+	}
+	m := scrape(t, b.addr)
+	if m[`toron_redis_up`] != 1 || m[`toron_ratelimit_backend_errors_total{route="/api"}`] != 0 {
+		t.Errorf("redis_up %v, backend errors %v: want 1 and 0", m[`toron_redis_up`], m[`toron_ratelimit_backend_errors_total{route="/api"}`])
+	}
+	if v := m[`toron_rejected_total{route="/api",reason="rate_limited"}`]; v != 1 {
+		t.Errorf("rate_limited rejections = %v, want 1", v)
+	}
+}
+
+// TestGlobalRateLimitRedisDown: a Redis that refuses connections; each on_error mode answers
+// at once, counted.
+func TestGlobalRateLimitRedisDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	up := startUpstream(t, nil)
+	server := "redis: {addrs: [\"" + dead + "\"], timeout: 20ms}\n"
+	gw := startGateway(t, server,
+		upstreamRoute("/deny", up.addr, "rate_limit: {requests_per_second: 100, scope: global, on_error: deny}")+
+			upstreamRoute("/allow", up.addr, "rate_limit: {requests_per_second: 0.001, burst: 1, scope: global, on_error: allow}")+
+			upstreamRoute("/local", up.addr, "rate_limit: {requests_per_second: 0.001, burst: 2, scope: global}"))
+	c := dialRaw(t, gw.addr)
+	t0 := time.Now()
+	rr := getOn(t, c, "/deny/x", "")
+	if rr.StatusCode != 429 || rr.Header.Get("Retry-After") != "1" || string(rr.body) != rateLimitedBody {
+		t.Fatalf("deny with redis down: %d Retry-After %q %s, want 429 and 1", rr.StatusCode, rr.Header.Get("Retry-After"), rr.body)
+	}
+	for i := 0; i < 3; i++ {
+		if rr := getOn(t, c, "/allow/x", ""); rr.StatusCode != 200 {
+			t.Fatalf("allow with redis down, request %d: %d", i+1, rr.StatusCode)
+		}
+	}
+	codes := []int{}
+	for i := 0; i < 3; i++ {
+		codes = append(codes, getOn(t, c, "/local/x", "").StatusCode)
+	}
+	if codes[0] != 200 || codes[1] != 200 || codes[2] != 429 {
+		t.Fatalf("local fallback (burst 2) with redis down: %v, want 200 200 429", codes)
+	}
+	if d := time.Since(t0); d > 3*time.Second {
+		t.Errorf("7 requests took %s with redis down (timeout 20ms)", d)
+	}
+	m := scrape(t, gw.addr)
+	if m[`toron_redis_up`] != 0 || m[`toron_ratelimit_backend_errors_total{route="/deny"}`] != 1 ||
+		m[`toron_ratelimit_backend_errors_total{route="/allow"}`] != 3 || m[`toron_ratelimit_backend_errors_total{route="/local"}`] != 3 {
+		t.Errorf("redis_up %v, backend errors deny %v allow %v local %v: want 0, 1, 3, 3", m[`toron_redis_up`],
+			m[`toron_ratelimit_backend_errors_total{route="/deny"}`], m[`toron_ratelimit_backend_errors_total{route="/allow"}`],
+			m[`toron_ratelimit_backend_errors_total{route="/local"}`])
+	}
+}
+
+// TestGlobalRateLimitReload: a reload that keeps server.redis keeps the client; one that
+// changes it builds a new client and closes the old one; one that removes it closes it.
+func TestGlobalRateLimitReload(t *testing.T) {
+	addr := startTestRedis(t)
+	up := startUpstream(t, nil)
+	route := upstreamRoute("/api", up.addr, "rate_limit: {requests_per_second: 5, scope: global}")
+	server := "redis: {addrs: [\"" + addr + "\"]}\n"
+	gw := startGateway(t, server, route)
+	first := gw.g.snap.Load().redis
+	if err := gw.g.Reload(loadConfig(t, server+"read_timeout: 7s\n", route)); err != nil {
+		t.Fatal(err)
+	}
+	if gw.g.snap.Load().redis != first {
+		t.Fatal("a reload that kept server.redis built a new client")
+	}
+	if err := gw.g.Reload(loadConfig(t, "redis: {addrs: [\""+addr+"\"], timeout: 50ms}\n", route)); err != nil {
+		t.Fatal(err)
+	}
+	second := gw.g.snap.Load().redis
+	if second == first || second.Timeout() != 50*time.Millisecond || !first.Closed() {
+		t.Fatalf("changed server.redis: new client %v (timeout %s), old closed %v", second != first, second.Timeout(), first.Closed())
+	}
+	waitRedisUp(t, gw.g)
+	if rr := rawRequest(t, gw.addr, "GET /api/x HTTP/1.1\r\nHost: a\r\n\r\n"); rr.StatusCode != 200 {
+		t.Fatalf("after the reload: %d", rr.StatusCode)
+	}
+	if err := gw.g.Reload(loadConfig(t, "", upstreamRoute("/api", up.addr, "rate_limit: {requests_per_second: 5}"))); err != nil {
+		t.Fatal(err)
+	}
+	if gw.g.snap.Load().redis != nil || !second.Closed() {
+		t.Fatal("removing server.redis left its client open")
+	}
+}
