@@ -12,8 +12,11 @@ import (
 // outlives its test.
 func TestMain(m *testing.M) {
 	// rueidis closes the connections a cluster refresh replaced 5 s later, from a goroutine
-	// that even Close does not end (cluster.go, _refresh); those connections are closed by then.
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"))
+	// that even Close does not end (cluster.go, _refresh), and delays a cluster's lazy refresh
+	// by up to a second in another (singleflight.go, DelayDo); both end by themselves.
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"),
+		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"))
 }
 
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
