@@ -111,22 +111,5 @@ func startFastAuthService(tb testing.TB) string {
 // authPairedClient returns a function sending one small GET with the header name: value on a
 // keep-alive connection to addr and returning its latency.
 func authPairedClient(b *testing.B, addr, name, value string) func() time.Duration {
-	hc := &fasthttp.HostClient{Addr: addr, MaxConns: 1}
-	b.Cleanup(hc.CloseIdleConnections)
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	b.Cleanup(func() { fasthttp.ReleaseRequest(req); fasthttp.ReleaseResponse(resp) })
-	req.SetRequestURI("http://" + addr + "/api/users")
-	req.Header.Set(name, value)
-	return func() time.Duration {
-		start := time.Now()
-		if err := hc.Do(req, resp); err != nil {
-			b.Fatal(err)
-		}
-		d := time.Since(start)
-		if resp.StatusCode() != 200 {
-			b.Fatalf("status %d", resp.StatusCode())
-		}
-		return d
-	}
+	return timedGET(b, &fasthttp.HostClient{Addr: addr, MaxConns: 1}, name, value)
 }

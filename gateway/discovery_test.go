@@ -39,58 +39,37 @@ type pod struct {
 // newPodFarm starts n pods, retrying on another port when one address has it taken.
 func newPodFarm(t *testing.T, n int) *podFarm {
 	t.Helper()
-	for range 20 {
-		first, err := net.Listen("tcp", "127.0.0.2:0")
-		if err != nil {
-			t.Skipf("cannot listen on 127.0.0.2: %v", err)
+	lns := testnet.LoopbackListeners(t, n)
+	port := lns[0].Addr().(*net.TCPAddr).Port
+	f := &podFarm{port: port, pods: map[string]*pod{}}
+	for i, ln := range lns {
+		p := &pod{ip: fmt.Sprintf("127.0.0.%d", i+2)}
+		p.status.Store(200)
+		p.srv = &http.Server{
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				p.hits.Add(1)
+				_, _ = io.Copy(io.Discard, r.Body)
+				if d := p.delay.Load(); d > 0 {
+					time.Sleep(time.Duration(d))
+				}
+				w.WriteHeader(int(p.status.Load()))
+				_, _ = io.WriteString(w, p.ip)
+			}),
+			ConnState: func(_ net.Conn, s http.ConnState) {
+				if s == http.StateNew {
+					p.conns.Add(1)
+				}
+			},
 		}
-		port := first.Addr().(*net.TCPAddr).Port
-		lns := []net.Listener{first}
-		for i := 1; i < n; i++ {
-			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:%d", i+2, port))
-			if err != nil {
-				break
-			}
-			lns = append(lns, ln)
-		}
-		if len(lns) < n {
-			for _, ln := range lns {
-				ln.Close()
-			}
-			continue
-		}
-		f := &podFarm{port: port, pods: map[string]*pod{}}
-		for i, ln := range lns {
-			p := &pod{ip: fmt.Sprintf("127.0.0.%d", i+2)}
-			p.status.Store(200)
-			p.srv = &http.Server{
-				Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					p.hits.Add(1)
-					_, _ = io.Copy(io.Discard, r.Body)
-					if d := p.delay.Load(); d > 0 {
-						time.Sleep(time.Duration(d))
-					}
-					w.WriteHeader(int(p.status.Load()))
-					_, _ = io.WriteString(w, p.ip)
-				}),
-				ConnState: func(_ net.Conn, s http.ConnState) {
-					if s == http.StateNew {
-						p.conns.Add(1)
-					}
-				},
-			}
-			go func() { _ = p.srv.Serve(ln) }()
-			f.pods[p.ip] = p
-		}
-		t.Cleanup(func() {
-			for _, p := range f.pods {
-				_ = p.srv.Close()
-			}
-		})
-		return f
+		go func() { _ = p.srv.Serve(ln) }()
+		f.pods[p.ip] = p
 	}
-	t.Fatal("no port free on every loopback address")
-	return nil
+	t.Cleanup(func() {
+		for _, p := range f.pods {
+			_ = p.srv.Close()
+		}
+	})
+	return f
 }
 
 // target is "ip:port" of pod ip.

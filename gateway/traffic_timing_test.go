@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"slices"
 	"testing"
 	"time"
 
@@ -22,24 +21,7 @@ func BenchmarkTrafficRulesPaired(b *testing.B) {
 	plain := startGatewayB(b, "", upstreamRoute("/api", up, ""), false)
 	feat := startGatewayB(b, "", upstreamRoute("/api", up, trafficRulesRoute), false)
 	send := []func() time.Duration{originClient(b, plain.addr), originClient(b, feat.addr)}
-	lat := [2][]time.Duration{make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		first := i & 1
-		lat[first] = append(lat[first], send[first]())
-		lat[1-first] = append(lat[1-first], send[1-first]())
-	}
-	b.StopTimer()
-	var sum [2]time.Duration
-	for j := range lat {
-		for _, d := range lat[j] {
-			sum[j] += d
-		}
-		slices.Sort(lat[j])
-	}
-	b.ReportMetric(float64(lat[1][len(lat[1])/2])/float64(lat[0][len(lat[0])/2]), "ratio-median")
-	b.ReportMetric(float64(sum[1])/float64(sum[0]), "ratio-sum")
+	measurePaired(b, send)
 }
 
 // BenchmarkTrafficRulesSmallGET is the same small GET as sub-benchmarks (off, on), each with
@@ -66,23 +48,6 @@ func BenchmarkTrafficRulesSmallGET(b *testing.B) {
 // originClient returns a function sending one small GET with an Origin on a keep-alive
 // connection to addr, returning its latency.
 func originClient(b *testing.B, addr string) func() time.Duration {
-	hc := &fasthttp.HostClient{Addr: addr, MaxConns: 1}
-	b.Cleanup(hc.CloseIdleConnections)
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	b.Cleanup(func() { fasthttp.ReleaseRequest(req); fasthttp.ReleaseResponse(resp) })
-	req.SetRequestURI("http://" + addr + "/api/users")
-	req.Header.Set("Origin", "https://app.example.com")
-	req.Header.Set("Cookie", "session=abc")
-	return func() time.Duration {
-		start := time.Now()
-		if err := hc.Do(req, resp); err != nil {
-			b.Fatal(err)
-		}
-		d := time.Since(start)
-		if resp.StatusCode() != 200 {
-			b.Fatalf("status %d", resp.StatusCode())
-		}
-		return d
-	}
+	return timedGET(b, &fasthttp.HostClient{Addr: addr, MaxConns: 1},
+		"Origin", "https://app.example.com", "Cookie", "session=abc")
 }

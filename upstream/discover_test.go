@@ -37,48 +37,27 @@ type farmServer struct {
 // newLoopbackFarm starts servers on 127.0.0.2 .. 127.0.0.(n+1), same port.
 func newLoopbackFarm(t *testing.T, n int) *loopbackFarm {
 	t.Helper()
-	for attempt := 0; attempt < 20; attempt++ {
-		first, err := net.Listen("tcp", "127.0.0.2:0")
-		if err != nil {
-			t.Skipf("cannot listen on 127.0.0.2: %v", err)
-		}
-		port := first.Addr().(*net.TCPAddr).Port
-		lns := []net.Listener{first}
-		for i := 1; i < n; i++ {
-			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:%d", i+2, port))
-			if err != nil {
-				break
-			}
-			lns = append(lns, ln)
-		}
-		if len(lns) < n {
-			for _, ln := range lns {
-				ln.Close()
-			}
-			continue
-		}
-		f := &loopbackFarm{port: port, servers: map[string]*farmServer{}}
-		for i, ln := range lns {
-			fs := &farmServer{ip: fmt.Sprintf("127.0.0.%d", i+2)}
-			fs.status.Store(200)
-			fs.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				fs.hits.Add(1)
-				time.Sleep(time.Millisecond)
-				w.WriteHeader(int(fs.status.Load()))
-				_, _ = io.WriteString(w, fs.ip)
-			})}
-			go func() { _ = fs.srv.Serve(ln) }()
-			f.servers[fs.ip] = fs
-		}
-		t.Cleanup(func() {
-			for _, fs := range f.servers {
-				_ = fs.srv.Close()
-			}
-		})
-		return f
+	lns := testnet.LoopbackListeners(t, n)
+	port := lns[0].Addr().(*net.TCPAddr).Port
+	f := &loopbackFarm{port: port, servers: map[string]*farmServer{}}
+	for i, ln := range lns {
+		fs := &farmServer{ip: fmt.Sprintf("127.0.0.%d", i+2)}
+		fs.status.Store(200)
+		fs.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fs.hits.Add(1)
+			time.Sleep(time.Millisecond)
+			w.WriteHeader(int(fs.status.Load()))
+			_, _ = io.WriteString(w, fs.ip)
+		})}
+		go func() { _ = fs.srv.Serve(ln) }()
+		f.servers[fs.ip] = fs
 	}
-	t.Fatal("no free port on every loopback address")
-	return nil
+	t.Cleanup(func() {
+		for _, fs := range f.servers {
+			_ = fs.srv.Close()
+		}
+	})
+	return f
 }
 
 // entry is the discovered entry for name on the farm's port.

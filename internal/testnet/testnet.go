@@ -11,6 +11,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -19,6 +20,43 @@ import (
 	"testing"
 	"time"
 )
+
+// LoopbackListeners returns n listeners on 127.0.0.2 .. 127.0.0.(n+1), all on one port (a
+// discovered name's addresses share the entry's port), closed when the test ends. It tries
+// another port when one address has it taken, and skips the test when 127.0.0.2 cannot be
+// listened on.
+func LoopbackListeners(t testing.TB, n int) []net.Listener {
+	t.Helper()
+	for range 20 {
+		first, err := net.Listen("tcp", "127.0.0.2:0")
+		if err != nil {
+			t.Skipf("cannot listen on 127.0.0.2: %v", err)
+		}
+		port := first.Addr().(*net.TCPAddr).Port
+		lns := []net.Listener{first}
+		for i := 1; i < n; i++ {
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:%d", i+2, port))
+			if err != nil {
+				break
+			}
+			lns = append(lns, ln)
+		}
+		if len(lns) < n {
+			for _, ln := range lns {
+				ln.Close()
+			}
+			continue
+		}
+		t.Cleanup(func() {
+			for _, ln := range lns {
+				ln.Close()
+			}
+		})
+		return lns
+	}
+	t.Fatal("no port free on every loopback address")
+	return nil
+}
 
 // Pair returns both ends of a loopback TCP connection, closed when the test ends.
 func Pair(t testing.TB) (client, server net.Conn) {
