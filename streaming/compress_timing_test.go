@@ -34,45 +34,45 @@ func BenchmarkCompress64KiB(b *testing.B) {
 		})
 	}
 	b.Run("br-andybalholm", func(b *testing.B) {
-		var w byteCounter
-		zw := andybrotli.NewWriterOptions(&w, andybrotli.WriterOptions{Quality: brotliQuality, LGWin: brotliLGWin})
-		b.SetBytes(int64(len(body)))
-		b.ReportAllocs()
-		for b.Loop() {
-			zw.Reset(&w)
-			for u := body; len(u) > 0; u = u[min(len(u), compressUnitBytes):] {
-				zw.Write(u[:min(len(u), compressUnitBytes)])
-			}
-			zw.Close()
-		}
-		b.ReportMetric(float64(int64(len(body))*int64(b.N))/float64(w.n), "ratio")
+		benchWriter(b, body, compressUnitBytes, func(w io.Writer) resetWriter {
+			return andybrotli.NewWriterOptions(w, andybrotli.WriterOptions{Quality: brotliQuality, LGWin: brotliLGWin})
+		})
 	})
 	b.Run("br-go-brrr-direct", func(b *testing.B) {
-		var w byteCounter
-		zw, _ := brotli.NewWriterOptions(&w, brotliQuality, brotli.WriterOptions{LGWin: brotliLGWin})
-		b.SetBytes(int64(len(body)))
-		b.ReportAllocs()
-		for b.Loop() {
-			zw.Reset(&w)
-			for u := body; len(u) > 0; u = u[min(len(u), compressUnitBytes):] {
-				zw.Write(u[:min(len(u), compressUnitBytes)])
-			}
-			zw.Close()
-		}
-		b.ReportMetric(float64(int64(len(body))*int64(b.N))/float64(w.n), "ratio")
+		benchWriter(b, body, compressUnitBytes, func(w io.Writer) resetWriter {
+			zw, _ := brotli.NewWriterOptions(w, brotliQuality, brotli.WriterOptions{LGWin: brotliLGWin})
+			return zw
+		})
 	})
 	b.Run("gzip-level1", func(b *testing.B) {
-		var w byteCounter
-		zw, _ := gzip.NewWriterLevel(&w, 1)
-		b.SetBytes(int64(len(body)))
-		b.ReportAllocs()
-		for b.Loop() {
-			zw.Reset(&w)
-			zw.Write(body)
-			zw.Close()
-		}
-		b.ReportMetric(float64(int64(len(body))*int64(b.N))/float64(w.n), "ratio")
+		benchWriter(b, body, len(body), func(w io.Writer) resetWriter {
+			zw, _ := gzip.NewWriterLevel(w, 1)
+			return zw
+		})
 	})
+}
+
+// resetWriter is a compressor that a benchmark reuses, as a pool would.
+type resetWriter interface {
+	io.WriteCloser
+	Reset(io.Writer)
+}
+
+// benchWriter runs the compressor that open makes over body, written in units of unit bytes,
+// once per iteration (Reset, the writes, Close), and reports the ratio (input/output).
+func benchWriter(b *testing.B, body []byte, unit int, open func(io.Writer) resetWriter) {
+	var w byteCounter
+	zw := open(&w)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		zw.Reset(&w)
+		for u := body; len(u) > 0; u = u[min(len(u), unit):] {
+			zw.Write(u[:min(len(u), unit)])
+		}
+		zw.Close()
+	}
+	b.ReportMetric(float64(int64(len(body))*int64(b.N))/float64(w.n), "ratio")
 }
 
 // BenchmarkCompress2KiB is the CPU of a 2 KiB JSON answer compressed against copying it as it
