@@ -8,23 +8,12 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"toron/internal/testnet"
 	"toron/socket"
 )
-
-// cpuSeconds is the process's user and system CPU time so far.
-func cpuSeconds(t *testing.T) float64 {
-	t.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		t.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
-}
 
 // TestTunnelStalledSideEnds (SPEC 15): a side that takes no byte of a pending write for the
 // route's write_timeout ends the tunnel, both sides closed, over TLS as over TCP, toward the
@@ -142,10 +131,10 @@ func testTunnelStall(t *testing.T, clientStalls, overTLS bool, writeTimeout, idl
 	}
 
 	waitTunnels(t, tg.g, 1)
-	start, cpu0 := time.Now(), cpuSeconds(t)
+	start, cpu0 := time.Now(), testnet.CPUSeconds(t)
 	limit := idle + 4*time.Second
 	ended := testnet.WaitUntil(limit, func() bool { return tg.g.tunnels.count.Load() == 0 })
-	wall, cpu := time.Since(start), cpuSeconds(t)-cpu0
+	wall, cpu := time.Since(start), testnet.CPUSeconds(t)-cpu0
 	t.Logf("tunnel ended: %v after %s; CPU %.3f s over it, %.3f CPU-s per s", ended, wall.Round(10*time.Millisecond), cpu, cpu/wall.Seconds())
 	if !ended {
 		t.Fatalf("the stalled tunnel is still open after %s (write_timeout %s, tunnel_idle_timeout %s)", limit, writeTimeout, idle)

@@ -1,34 +1,22 @@
 package streaming
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
-	"math/big"
 	"net"
-	"syscall"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
-// tlsPair returns both ends of a loopback TLS connection (a throwaway self-signed certificate,
+// tlsPair returns both ends of a loopback TLS connection (a certificate of a throwaway CA,
 // the handshake done).
 func tlsPair(t *testing.T) (client, server net.Conn) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"tunnel.test"}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cert := testnet.NewCA(t).Issue(t, "tunnel.test", []string{"tunnel.test"}, time.Now().Add(time.Hour))
 	a, b := tcpPair(t)
-	sc := tls.Server(b, &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}})
+	sc := tls.Server(b, &tls.Config{Certificates: []tls.Certificate{cert}})
 	cc := tls.Client(a, &tls.Config{InsecureSkipVerify: true})
 	errc := make(chan error, 1)
 	go func() { errc <- sc.Handshake() }()
@@ -39,15 +27,6 @@ func tlsPair(t *testing.T) (client, server net.Conn) {
 		t.Fatal(err)
 	}
 	return cc, sc
-}
-
-func cpuSeconds(t *testing.T) float64 {
-	t.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		t.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // TestTunnelStalledTLSPeer (SPEC 15): a TLS client that stops reading while the upstream sends
@@ -98,7 +77,7 @@ func TestTunnelStalledTLSPeer(t *testing.T) {
 		}
 	}()
 	<-read
-	start, cpu0 := time.Now(), cpuSeconds(t)
+	start, cpu0 := time.Now(), testnet.CPUSeconds(t)
 	var err error
 	select {
 	case err = <-done:
@@ -107,7 +86,7 @@ func TestTunnelStalledTLSPeer(t *testing.T) {
 	}
 	close(stop)
 	<-flooded
-	wall, cpu := time.Since(start), cpuSeconds(t)-cpu0
+	wall, cpu := time.Since(start), testnet.CPUSeconds(t)-cpu0
 	t.Logf("tunnel ended %s after the client stopped reading: %v; CPU %.3f s, %.3f CPU-s per s", wall.Round(10*time.Millisecond), err, cpu, cpu/wall.Seconds())
 	if !errors.Is(err, ErrTunnelStalled) {
 		t.Errorf("Run: %v, want ErrTunnelStalled", err)

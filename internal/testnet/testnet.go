@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -56,6 +57,17 @@ func LoopbackListeners(t testing.TB, n int) []net.Listener {
 	}
 	t.Fatal("no port free on every loopback address")
 	return nil
+}
+
+// CPUSeconds is the process's user and system CPU time so far: a test that waits on a stalled
+// peer compares it before and after to show that nothing spun meanwhile.
+func CPUSeconds(t testing.TB) float64 {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // Pair returns both ends of a loopback TCP connection, closed when the test ends.
