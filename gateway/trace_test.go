@@ -12,11 +12,10 @@ import (
 	"testing"
 	"time"
 
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/protobuf/proto"
 
+	"toron/internal/otlptest"
 	"toron/internal/testnet"
 )
 
@@ -24,49 +23,21 @@ import (
 // exports, and a real upstream records the traceparent it was sent.
 
 // otlpCollector is an OTLP/HTTP traces receiver on loopback.
-type otlpCollector struct {
-	srv   *httptest.Server
-	mu    sync.Mutex
-	spans []*tracepb.Span
-}
+type otlpCollector struct{ *otlptest.Collector }
 
-func startCollector(t *testing.T) *otlpCollector {
-	c := &otlpCollector{}
-	c.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		var req coltracepb.ExportTraceServiceRequest
-		if err := proto.Unmarshal(body, &req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		c.mu.Lock()
-		for _, rs := range req.ResourceSpans {
-			for _, ss := range rs.ScopeSpans {
-				c.spans = append(c.spans, ss.Spans...)
-			}
-		}
-		c.mu.Unlock()
-		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		_, _ = w.Write(out)
-	}))
-	t.Cleanup(c.srv.Close)
-	return c
-}
+func startCollector(t *testing.T) *otlpCollector { return &otlpCollector{otlptest.Start(t)} }
 
 // tracingYAML is the server.tracing block pointing at c.
 func (c *otlpCollector) tracingYAML(ratio string, extra string) string {
-	return fmt.Sprintf("tracing:\n  endpoint: %s/v1/traces\n  sample_ratio: %s\n%s", c.srv.URL, ratio, indent(extra, "  "))
+	return fmt.Sprintf("tracing:\n  endpoint: %s\n  sample_ratio: %s\n%s", c.Endpoint(), ratio, indent(extra, "  "))
 }
 
 // trace waits (10 s at most) for the server span of trace id and its n client spans.
 func (c *otlpCollector) trace(t *testing.T, id string, n int) (server *tracepb.Span, clients []*tracepb.Span) {
 	t.Helper()
 	ok := testnet.WaitUntil(10*time.Second, func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
 		server, clients = nil, nil
-		for _, s := range c.spans {
+		for _, s := range c.Spans() {
 			if hex.EncodeToString(s.TraceId) != id {
 				continue
 			}
@@ -251,9 +222,7 @@ func TestTraceRejectionsAreErrorSpans(t *testing.T) {
 	for _, w := range want {
 		var span *tracepb.Span
 		if !testnet.WaitUntil(10*time.Second, func() bool {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			for _, s := range c.spans {
+			for _, s := range c.Spans() {
 				if a := spanAttrs(s); s.Kind == tracepb.Span_SPAN_KIND_SERVER && a["toron.reject_reason"] == w.reason {
 					span = s
 					return true

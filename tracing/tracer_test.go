@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -13,61 +12,25 @@ import (
 	"testing"
 	"time"
 
+	"toron/internal/otlptest"
+
 	"github.com/VictoriaMetrics/metrics"
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/protobuf/proto"
 )
 
 // collector is a real OTLP/HTTP receiver on a loopback port: it decodes each export request's
 // protobuf body and keeps the spans.
-type collector struct {
-	srv *httptest.Server
+type collector struct{ *otlptest.Collector }
 
-	mu       sync.Mutex
-	spans    []*tracepb.Span
-	resource []*commonpb.KeyValue
-	headers  http.Header
-}
-
-func newCollector(t *testing.T) *collector {
-	c := &collector{}
-	c.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		var req coltracepb.ExportTraceServiceRequest
-		if err == nil {
-			err = proto.Unmarshal(body, &req)
-		}
-		if err != nil || r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
-			http.Error(w, "bad export request", http.StatusBadRequest)
-			return
-		}
-		c.mu.Lock()
-		c.headers = r.Header.Clone()
-		for _, rs := range req.ResourceSpans {
-			c.resource = rs.GetResource().GetAttributes()
-			for _, ss := range rs.ScopeSpans {
-				c.spans = append(c.spans, ss.Spans...)
-			}
-		}
-		c.mu.Unlock()
-		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		_, _ = w.Write(out)
-	}))
-	t.Cleanup(c.srv.Close)
-	return c
-}
-
-func (c *collector) endpoint() string { return c.srv.URL + "/v1/traces" }
+func newCollector(t *testing.T) *collector { return &collector{otlptest.Start(t)} }
 
 // wait returns the first n spans received, failing after a generous 10 s.
 func (c *collector) wait(t *testing.T, n int) []*tracepb.Span {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		spans := c.all()
+		spans := c.Spans()
 		if len(spans) >= n {
 			return spans
 		}
@@ -76,12 +39,6 @@ func (c *collector) wait(t *testing.T, n int) []*tracepb.Span {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-func (c *collector) all() []*tracepb.Span {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]*tracepb.Span(nil), c.spans...)
 }
 
 // newTestTracer builds a Tracer for endpoint with short batches; Shutdown is the test's cleanup.
@@ -172,7 +129,7 @@ func serve(r *Request, tr *Tracer, traceparent, tracestate string, trusted bool,
 
 func TestContinuedTrace(t *testing.T) {
 	c := newCollector(t)
-	tr := newTestTracer(t, Options{Endpoint: c.endpoint(), SampleRatio: 0, TrustIncoming: true,
+	tr := newTestTracer(t, Options{Endpoint: c.Endpoint(), SampleRatio: 0, TrustIncoming: true,
 		ServiceName: "edge", Headers: map[string]string{"X-Api-Key": "k1"}})
 	var r Request
 	in := "00-" + sampleTrace + "-" + sampleParent + "-01"
@@ -251,13 +208,11 @@ func TestContinuedTrace(t *testing.T) {
 	if !outcomes["connect_error"] || !outcomes["ok"] {
 		t.Errorf("client outcomes %v, want connect_error and ok", outcomes)
 	}
-	res := attrs(c.resource)
+	res := attrs(c.Resource())
 	if res["service.name"] != "edge" {
 		t.Errorf("service.name %q", res["service.name"])
 	}
-	c.mu.Lock()
-	key := c.headers.Get("X-Api-Key")
-	c.mu.Unlock()
+	key := c.Header("X-Api-Key")
 	if key != "k1" {
 		t.Errorf("export request header X-Api-Key = %q", key)
 	}
@@ -265,7 +220,7 @@ func TestContinuedTrace(t *testing.T) {
 
 func TestUnsampledParentFollowed(t *testing.T) {
 	c := newCollector(t)
-	tr := newTestTracer(t, Options{Endpoint: c.endpoint(), SampleRatio: 1, TrustIncoming: true})
+	tr := newTestTracer(t, Options{Endpoint: c.Endpoint(), SampleRatio: 1, TrustIncoming: true})
 	var r Request
 	tps := serve(&r, tr, "00-"+sampleTrace+"-"+sampleParent+"-00", "", true, []int{200}, Outcome{Status: 200})
 	if r.Sampled() {
@@ -278,7 +233,7 @@ func TestUnsampledParentFollowed(t *testing.T) {
 	serve(&r, tr, "", "", true, []int{200}, Outcome{Status: 200})
 	spans := c.wait(t, 2)
 	time.Sleep(100 * time.Millisecond) // a stray span of the first request would arrive by now
-	for _, s := range c.all() {
+	for _, s := range c.Spans() {
 		if hexOf(s.TraceId) == sampleTrace {
 			t.Fatalf("span %q of the unsampled trace was exported", s.Name)
 		}
@@ -292,7 +247,7 @@ func TestUnsampledParentFollowed(t *testing.T) {
 
 func TestNewTraceSampling(t *testing.T) {
 	c := newCollector(t)
-	tr := newTestTracer(t, Options{Endpoint: c.endpoint(), SampleRatio: 0, TrustIncoming: true})
+	tr := newTestTracer(t, Options{Endpoint: c.Endpoint(), SampleRatio: 0, TrustIncoming: true})
 	var r Request
 	for range 50 {
 		serve(&r, tr, "", "", true, []int{200}, Outcome{Status: 200})
@@ -336,7 +291,7 @@ func TestIncomingNotTrusted(t *testing.T) {
 		{"peer not trusted", true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := newTestTracer(t, Options{Endpoint: c.endpoint(), SampleRatio: 0, TrustIncoming: tc.trustIncoming})
+			tr := newTestTracer(t, Options{Endpoint: c.Endpoint(), SampleRatio: 0, TrustIncoming: tc.trustIncoming})
 			var r Request
 			tps := serve(&r, tr, in, "congo=x", tc.trustedPeer, []int{200}, Outcome{Status: 200})
 			if r.Continued() || r.Sampled() {
@@ -355,7 +310,7 @@ func TestIncomingNotTrusted(t *testing.T) {
 
 func TestRejectionIsErrorSpan(t *testing.T) {
 	c := newCollector(t)
-	tr := newTestTracer(t, Options{Endpoint: c.endpoint(), SampleRatio: 1})
+	tr := newTestTracer(t, Options{Endpoint: c.Endpoint(), SampleRatio: 1})
 	var r Request
 	serve(&r, tr, "", "", true, nil, Outcome{Method: []byte("POST"), Path: []byte("/up"), Route: "up",
 		RoutePrefix: "/up", Status: 413, RejectReason: "body_too_large"})
