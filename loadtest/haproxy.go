@@ -2,7 +2,6 @@ package main
 
 import (
 	_ "embed"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -38,11 +37,7 @@ func haproxyConfig(port int, upstream string, bulkhead int) (string, error) {
 	b := strconv.Itoa(bulkhead)
 	conf := haproxyReportsDeny.ReplaceAllString(haproxyConf, "${1}"+b+"${2}")
 	conf = haproxyReportsMaxconn.ReplaceAllString(conf, "${1}"+b)
-	conf = strings.NewReplacer("@PORT@", strconv.Itoa(port), "@UPSTREAM@", upstream).Replace(conf)
-	if strings.Contains(conf, "@") {
-		return "", errors.New("BUG: loadtest: peers/haproxy.cfg has a placeholder the loadtest does not fill")
-	}
-	return conf, nil
+	return fillPlaceholders("peers/haproxy.cfg", conf, "@PORT@", strconv.Itoa(port), "@UPSTREAM@", upstream)
 }
 
 // HAProxy is a started HAProxy (one process, one thread), a reference of the isolation scenario.
@@ -52,24 +47,10 @@ type HAProxy struct {
 	Version string
 }
 
-// findHAProxy resolves the haproxy binary: a path, a name on PATH, or /usr/sbin/haproxy (the
-// Debian package's, which is not on a non-root PATH).
-func findHAProxy(binary string) (string, error) {
-	if p, err := exec.LookPath(binary); err == nil {
-		return p, nil
-	}
-	if binary == "haproxy" {
-		if _, err := os.Stat("/usr/sbin/haproxy"); err == nil {
-			return "/usr/sbin/haproxy", nil
-		}
-	}
-	return "", fmt.Errorf("loadtest: no haproxy at %q (install it with `bash scripts/install-bench-deps.sh`, or pass -haproxy)", binary)
-}
-
 // StartHAProxy runs HAProxy in the foreground (-db) with the filled configuration written to dir,
 // in front of upstream, and waits until /health answers 200. Its output goes to dir too.
 func StartHAProxy(binary, dir, upstream string, bulkhead int) (*HAProxy, error) {
-	bin, err := findHAProxy(binary)
+	bin, err := findPeer(binary, "haproxy")
 	if err != nil {
 		return nil, err
 	}

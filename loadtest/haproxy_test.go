@@ -38,7 +38,7 @@ func TestHAProxyConfigFillsEveryPlaceholder(t *testing.T) {
 // TestHAProxyConfigPassesCheck checks the filled configuration with `haproxy -c`, when HAProxy
 // is installed (scripts/install-bench-deps.sh); nothing is started.
 func TestHAProxyConfigPassesCheck(t *testing.T) {
-	bin, err := findHAProxy("haproxy")
+	bin, err := findPeer("haproxy", "haproxy")
 	if err != nil {
 		t.Skip("haproxy is not installed")
 	}

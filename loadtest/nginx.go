@@ -2,7 +2,6 @@ package main
 
 import (
 	_ "embed"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -30,11 +29,7 @@ func nginxConfig(prefix string, port int, upstream string, bulkhead int) (string
 		return "", fmt.Errorf("BUG: loadtest: peers/nginx.conf has %d `limit_conn reports N;` lines, want 1", n)
 	}
 	conf := reportsLimit.ReplaceAllString(nginxConf, "${1}"+strconv.Itoa(bulkhead)+";")
-	conf = strings.NewReplacer("@PREFIX@", prefix, "@PORT@", strconv.Itoa(port), "@UPSTREAM@", upstream).Replace(conf)
-	if strings.Contains(conf, "@") {
-		return "", errors.New("BUG: loadtest: peers/nginx.conf has a placeholder the loadtest does not fill")
-	}
-	return conf, nil
+	return fillPlaceholders("peers/nginx.conf", conf, "@PREFIX@", prefix, "@PORT@", strconv.Itoa(port), "@UPSTREAM@", upstream)
 }
 
 // Nginx is a started nginx (master and one worker), the reference of the isolation scenario.
@@ -44,18 +39,28 @@ type Nginx struct {
 	Version string
 }
 
-// findNginx resolves the nginx binary: a path, a name on PATH, or /usr/sbin/nginx (the Debian
-// package's, which is not on a non-root PATH).
-func findNginx(binary string) (string, error) {
+// findPeer resolves the binary of the reference proxy name (haproxy, nginx): a path, a name
+// on PATH, or /usr/sbin/name (the Debian package's, which is not on a non-root PATH).
+func findPeer(binary, name string) (string, error) {
 	if p, err := exec.LookPath(binary); err == nil {
 		return p, nil
 	}
-	if binary == "nginx" {
-		if _, err := os.Stat("/usr/sbin/nginx"); err == nil {
-			return "/usr/sbin/nginx", nil
+	if binary == name {
+		if _, err := os.Stat("/usr/sbin/" + name); err == nil {
+			return "/usr/sbin/" + name, nil
 		}
 	}
-	return "", fmt.Errorf("loadtest: no nginx at %q (install it with `bash scripts/install-bench-deps.sh`, or pass -nginx)", binary)
+	return "", fmt.Errorf("loadtest: no %s at %q (install it with `bash scripts/install-bench-deps.sh`, or pass -%s)", name, binary, name)
+}
+
+// fillPlaceholders replaces the placeholder, value pairs in conf, the configuration file
+// (named for the error), and fails when a placeholder (an @) is left.
+func fillPlaceholders(file, conf string, pairs ...string) (string, error) {
+	conf = strings.NewReplacer(pairs...).Replace(conf)
+	if strings.Contains(conf, "@") {
+		return "", fmt.Errorf("BUG: loadtest: %s has a placeholder the loadtest does not fill", file)
+	}
+	return conf, nil
 }
 
 // StartNginx runs nginx in the foreground from a new temporary prefix (its pid file, error log
@@ -64,7 +69,7 @@ func findNginx(binary string) (string, error) {
 // has stopped (Stop, or the load test interrupted), its error log is copied there too and the
 // prefix removed.
 func StartNginx(binary, dir, upstream string, bulkhead int) (*Nginx, error) {
-	bin, err := findNginx(binary)
+	bin, err := findPeer(binary, "nginx")
 	if err != nil {
 		return nil, err
 	}

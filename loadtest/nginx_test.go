@@ -46,7 +46,7 @@ func TestNginxConfigFillsEveryPlaceholder(t *testing.T) {
 // TestNginxConfigPassesNginxT checks the filled configuration with `nginx -t`, when nginx is
 // installed (scripts/install-bench-deps.sh); nothing is started.
 func TestNginxConfigPassesNginxT(t *testing.T) {
-	bin, err := findNginx("nginx")
+	bin, err := findPeer("nginx", "nginx")
 	if err != nil {
 		t.Skip("nginx is not installed")
 	}
