@@ -28,13 +28,16 @@ func clientFrame(op byte, payload []byte) []byte {
 	return f
 }
 
-func TestWSEcho(t *testing.T) {
-	u := startUpstreams(t)
-	c, err := net.Dial("tcp", u.WS)
+// wsHandshake opens a connection to addr (closed when the test ends, 10 s deadline) and
+// completes a WebSocket handshake on /ws/, failing the test unless the answer is a 101 with
+// the accept key of RFC 6455 1.3's example; it returns the connection and its reader.
+func wsHandshake(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	_, _ = io.WriteString(c, "GET /ws/ HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
 	br := bufio.NewReader(c)
@@ -42,10 +45,15 @@ func TestWSEcho(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The accept key of RFC 6455 1.3's example.
 	if resp.StatusCode != 101 || resp.Header.Get("Sec-WebSocket-Accept") != "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" {
 		t.Fatalf("handshake: %d %v", resp.StatusCode, resp.Header)
 	}
+	return c, br
+}
+
+func TestWSEcho(t *testing.T) {
+	u := startUpstreams(t)
+	c, br := wsHandshake(t, u.WS)
 	big := bytes.Repeat([]byte("x"), 1000)
 	for _, m := range []struct {
 		op      byte
@@ -111,21 +119,7 @@ func TestWSEchoRaw(t *testing.T) {
 		t.Errorf("plain request: %d %q, want 200 ok", resp.StatusCode, b)
 	}
 
-	c, err := net.Dial("tcp", e.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	_, _ = io.WriteString(c, "GET /ws/ HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
-	br := bufio.NewReader(c)
-	hs, err := http.ReadResponse(br, &http.Request{Method: "GET"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if hs.StatusCode != 101 || hs.Header.Get("Sec-WebSocket-Accept") != "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" {
-		t.Fatalf("handshake: %d %v", hs.StatusCode, hs.Header)
-	}
+	c, br := wsHandshake(t, e.Addr())
 	msg := bytes.Repeat([]byte("not a frame "), 1000)
 	if _, err := c.Write(msg); err != nil {
 		t.Fatal(err)
