@@ -3,7 +3,6 @@ package gateway
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -19,66 +18,10 @@ import (
 // DNS discovery (SPEC 13) and peak-EWMA p2c through the whole gateway, on real sockets: a
 // real DNS server on loopback, real upstream servers on 127.0.0.N, one port.
 
-// podFarm is a set of upstream servers on 127.0.0.2 .. 127.0.0.(n+1), one port: the pods
-// behind a headless Service.
-type podFarm struct {
-	port int
-	pods map[string]*pod // by IP
-}
-
-// pod is one upstream of a farm: it answers its IP, counts its requests and connections.
-type pod struct {
-	ip     string
-	hits   atomic.Int64
-	conns  atomic.Int64
-	status atomic.Int32
-	delay  atomic.Int64 // nanoseconds per answer
-	srv    *http.Server
-}
-
-// newPodFarm starts n pods, retrying on another port when one address has it taken.
-func newPodFarm(t *testing.T, n int) *podFarm {
-	t.Helper()
-	lns := testnet.LoopbackListeners(t, n)
-	port := lns[0].Addr().(*net.TCPAddr).Port
-	f := &podFarm{port: port, pods: map[string]*pod{}}
-	for i, ln := range lns {
-		p := &pod{ip: fmt.Sprintf("127.0.0.%d", i+2)}
-		p.status.Store(200)
-		p.srv = &http.Server{
-			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				p.hits.Add(1)
-				_, _ = io.Copy(io.Discard, r.Body)
-				if d := p.delay.Load(); d > 0 {
-					time.Sleep(time.Duration(d))
-				}
-				w.WriteHeader(int(p.status.Load()))
-				_, _ = io.WriteString(w, p.ip)
-			}),
-			ConnState: func(_ net.Conn, s http.ConnState) {
-				if s == http.StateNew {
-					p.conns.Add(1)
-				}
-			},
-		}
-		go func() { _ = p.srv.Serve(ln) }()
-		f.pods[p.ip] = p
-	}
-	t.Cleanup(func() {
-		for _, p := range f.pods {
-			_ = p.srv.Close()
-		}
-	})
-	return f
-}
-
-// target is "ip:port" of pod ip.
-func (f *podFarm) target(ip string) string { return ip + ":" + strconv.Itoa(f.port) }
-
 // discoveryRoute is a route over one discovered name on the farm's port.
-func discoveryRoute(f *podFarm, prefix, name, extra string) string {
+func discoveryRoute(f *testnet.Farm, prefix, name, extra string) string {
 	return fmt.Sprintf("- type: upstream\n  prefix: %s\n  name: %s\n  targets:\n    - {url: \"http://%s:%d\", discover: dns}\n  discovery_refresh: 1s\n%s",
-		prefix, strings.TrimPrefix(prefix, "/"), name, f.port, indent(extra, "  "))
+		prefix, strings.TrimPrefix(prefix, "/"), name, f.Port, indent(extra, "  "))
 }
 
 // resolverServer is the server block naming the test DNS server.
@@ -96,7 +39,7 @@ func getBody(c *http.Client, url string) (int, string, error) {
 }
 
 func TestDiscoveryAddressesChangeUnderLoad(t *testing.T) {
-	farm := newPodFarm(t, 3)
+	farm := testnet.NewFarm(t, 3, 0)
 	d := dnstest.New(t)
 	d.Set("api.test", "127.0.0.2", "127.0.0.3")
 	gw := startGateway(t, resolverServer(d), discoveryRoute(farm, "/api", "api.test", ""))
@@ -139,19 +82,19 @@ func TestDiscoveryAddressesChangeUnderLoad(t *testing.T) {
 	}
 	wait("200 requests", 20*time.Second, func() bool { return done.Load() >= 200 })
 	for _, ip := range []string{"127.0.0.2", "127.0.0.3"} {
-		if farm.pods[ip].hits.Load() == 0 {
+		if farm.Pods[ip].Hits.Load() == 0 {
 			t.Fatalf("%s got no request", ip)
 		}
 	}
 
 	// Added: served within discovery_refresh (1s; bound 5s on a shared machine).
 	d.Set("api.test", "127.0.0.2", "127.0.0.3", "127.0.0.4")
-	took := wait("the new address serves", 5*time.Second, func() bool { return farm.pods["127.0.0.4"].hits.Load() > 0 })
+	took := wait("the new address serves", 5*time.Second, func() bool { return farm.Pods["127.0.0.4"].Hits.Load() > 0 })
 	t.Logf("the added address served %v after the DNS change (discovery_refresh 1s)", took)
 
 	// Removed: once the set no longer has it and its requests in flight ended, no request
 	// reaches it.
-	gone := farm.pods["127.0.0.2"]
+	gone := farm.Pods["127.0.0.2"]
 	d.Set("api.test", "127.0.0.3", "127.0.0.4")
 	wait("the removed address leaves the set", 5*time.Second, func() bool {
 		return metricLine(gw.g, `toron_upstream_targets{route="api"}`) == "2"
@@ -159,7 +102,7 @@ func TestDiscoveryAddressesChangeUnderLoad(t *testing.T) {
 	// A request that read the old set just before the change may still pick the address
 	// (it was picked before the removal): a grace far above one request's time lets those end.
 	time.Sleep(300 * time.Millisecond)
-	after := gone.hits.Load()
+	after := gone.Hits.Load()
 	atRemoval := done.Load()
 	wait("1,000 requests and 200 after the removal", 30*time.Second, func() bool { return done.Load() >= max(1000, atRemoval+200) })
 	close(stop)
@@ -168,17 +111,17 @@ func TestDiscoveryAddressesChangeUnderLoad(t *testing.T) {
 	if n := failed.Load(); n != 0 {
 		t.Fatalf("%d of %d requests failed across the DNS changes; first: %v", n, done.Load(), firstErr.Load())
 	}
-	if late := gone.hits.Load() - after; late != 0 {
+	if late := gone.Hits.Load() - after; late != 0 {
 		t.Fatalf("%d requests reached the removed address after it left", late)
 	}
 	// Per-address metrics carry ip:port.
-	if metricLine(gw.g, `toron_upstream_healthy{route="api",target="`+farm.target("127.0.0.4")+`"}`) != "1" {
+	if metricLine(gw.g, `toron_upstream_healthy{route="api",target="`+farm.Addr("127.0.0.4")+`"}`) != "1" {
 		t.Fatal("no per-address healthy gauge for the added address")
 	}
 }
 
 func TestDiscoveryNoTargetAnswers503(t *testing.T) {
-	farm := newPodFarm(t, 1)
+	farm := testnet.NewFarm(t, 1, 0)
 	d := dnstest.New(t)
 	gw := startGateway(t, resolverServer(d), discoveryRoute(farm, "/api", "late.test", ""))
 	r := rawRequest(t, gw.addr, "GET /api/x HTTP/1.1\r\nHost: a\r\n\r\n")
@@ -204,7 +147,7 @@ func TestDiscoveryNoTargetAnswers503(t *testing.T) {
 }
 
 func TestDiscoveryFailedLookupAndEmptyAnswers(t *testing.T) {
-	farm := newPodFarm(t, 2)
+	farm := testnet.NewFarm(t, 2, 0)
 	d := dnstest.New(t)
 	d.Set("api.test", "127.0.0.2", "127.0.0.3")
 	gw := startGateway(t, resolverServer(d), discoveryRoute(farm, "/api", "api.test", ""))
@@ -249,30 +192,30 @@ func TestDiscoveryFailedLookupAndEmptyAnswers(t *testing.T) {
 }
 
 func TestDiscoveryPerAddressHealth(t *testing.T) {
-	farm := newPodFarm(t, 3)
+	farm := testnet.NewFarm(t, 3, 0)
 	d := dnstest.New(t)
 	d.Set("api.test", "127.0.0.2", "127.0.0.3", "127.0.0.4")
 	// round_robin keeps sending the bad pod its share until passive health ejects it.
 	gw := startGateway(t, resolverServer(d), discoveryRoute(farm, "/api", "api.test", "balance: round_robin\npassive_health: {consecutive_failures: 2}\nretries: 0\n"))
-	farm.pods["127.0.0.3"].status.Store(503)
+	farm.Pods["127.0.0.3"].Status.Store(503)
 	c := &http.Client{Timeout: 5 * time.Second}
 	defer c.CloseIdleConnections()
 	for range 30 {
 		_, _, _ = getBody(c, "http://"+gw.addr+"/api/x")
 	}
-	for ip := range farm.pods {
+	for ip := range farm.Pods {
 		want := "1"
 		if ip == "127.0.0.3" {
 			want = "0"
 		}
-		if got := metricLine(gw.g, `toron_upstream_healthy{route="api",target="`+farm.target(ip)+`"}`); got != want {
+		if got := metricLine(gw.g, `toron_upstream_healthy{route="api",target="`+farm.Addr(ip)+`"}`); got != want {
 			t.Fatalf("%s healthy = %q, want %s: only the pod answering 503 is ejected", ip, got, want)
 		}
 	}
 }
 
 func TestDiscoveryReloadKeepsPools(t *testing.T) {
-	farm := newPodFarm(t, 2)
+	farm := testnet.NewFarm(t, 2, 0)
 	d := dnstest.New(t)
 	d.Set("api.test", "127.0.0.2", "127.0.0.3")
 	routes := discoveryRoute(farm, "/api", "api.test", "")
@@ -284,10 +227,10 @@ func TestDiscoveryReloadKeepsPools(t *testing.T) {
 			t.Fatal(code, err)
 		}
 	}
-	conns := farm.pods["127.0.0.2"].conns.Load() + farm.pods["127.0.0.3"].conns.Load()
+	conns := farm.Pods["127.0.0.2"].Conns.Load() + farm.Pods["127.0.0.3"].Conns.Load()
 	// A reload that keeps the route (another route added): the discovered targets keep their
 	// pools, so no new upstream connection is needed.
-	if err := gw.g.Reload(loadConfig(t, resolverServer(d), routes+upstreamRoute("/other", farm.target("127.0.0.2"), ""))); err != nil {
+	if err := gw.g.Reload(loadConfig(t, resolverServer(d), routes+upstreamRoute("/other", farm.Addr("127.0.0.2"), ""))); err != nil {
 		t.Fatal(err)
 	}
 	for range 40 {
@@ -295,7 +238,7 @@ func TestDiscoveryReloadKeepsPools(t *testing.T) {
 			t.Fatal(code, err)
 		}
 	}
-	if after := farm.pods["127.0.0.2"].conns.Load() + farm.pods["127.0.0.3"].conns.Load(); after != conns {
+	if after := farm.Pods["127.0.0.2"].Conns.Load() + farm.Pods["127.0.0.3"].Conns.Load(); after != conns {
 		t.Fatalf("upstream connections went from %d to %d across the reload: the pools were not kept", conns, after)
 	}
 	if got := metricLine(gw.g, `toron_upstream_targets{route="api"}`); got != "2" {

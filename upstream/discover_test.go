@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -18,50 +17,6 @@ import (
 	"toron/internal/dnstest"
 	"toron/internal/testnet"
 )
-
-// loopbackFarm is a set of real HTTP servers on 127.0.0.N, all on one port (a discovered
-// name's addresses share the entry's port).
-type loopbackFarm struct {
-	port    int
-	servers map[string]*farmServer // by IP
-}
-
-// farmServer is one upstream of the farm.
-type farmServer struct {
-	ip     string
-	hits   atomic.Int64
-	status atomic.Int32
-	srv    *http.Server
-}
-
-// newLoopbackFarm starts servers on 127.0.0.2 .. 127.0.0.(n+1), same port.
-func newLoopbackFarm(t *testing.T, n int) *loopbackFarm {
-	t.Helper()
-	lns := testnet.LoopbackListeners(t, n)
-	port := lns[0].Addr().(*net.TCPAddr).Port
-	f := &loopbackFarm{port: port, servers: map[string]*farmServer{}}
-	for i, ln := range lns {
-		fs := &farmServer{ip: fmt.Sprintf("127.0.0.%d", i+2)}
-		fs.status.Store(200)
-		fs.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			fs.hits.Add(1)
-			time.Sleep(time.Millisecond)
-			w.WriteHeader(int(fs.status.Load()))
-			_, _ = io.WriteString(w, fs.ip)
-		})}
-		go func() { _ = fs.srv.Serve(ln) }()
-		f.servers[fs.ip] = fs
-	}
-	t.Cleanup(func() {
-		for _, fs := range f.servers {
-			_ = fs.srv.Close()
-		}
-	})
-	return f
-}
-
-// entry is the discovered entry for name on the farm's port.
-func (f *loopbackFarm) entry(name string) string { return name + ":" + strconv.Itoa(f.port) }
 
 // httpPool is a target's connection pool in these tests: an HTTP client dialing the
 // target's address, whose Close closes its idle connections.
@@ -154,11 +109,11 @@ func (s *Set) firstDiscoverer() *discoverer {
 }
 
 func TestDiscoveryAddsAndRemovesUnderLoad(t *testing.T) {
-	farm := newLoopbackFarm(t, 3)
+	farm := testnet.NewFarm(t, 3, time.Millisecond)
 	d := dnstest.New(t)
 	d.Set("api.test", "127.0.0.2", "127.0.0.3")
 	const refresh = 200 * time.Millisecond
-	s := discoveredSet(t, d, farm.entry("api.test"), refresh, nil)
+	s := discoveredSet(t, d, farm.Addr("api.test"), refresh, nil)
 	if got := addrsOf(s); len(got) != 2 {
 		t.Fatalf("resolved at start: %v, want the two addresses", got)
 	}
@@ -198,13 +153,13 @@ func TestDiscoveryAddsAndRemovesUnderLoad(t *testing.T) {
 	waitFor("200 requests", 20*time.Second, func() bool { return done.Load() >= 200 })
 
 	// An address added: served within discovery_refresh (generous: 10x for a shared machine).
-	added := farm.servers["127.0.0.4"]
+	added := farm.Pods["127.0.0.4"]
 	d.Set("api.test", "127.0.0.2", "127.0.0.3", "127.0.0.4")
-	took := waitFor("the new address serves", 10*refresh, func() bool { return added.hits.Load() > 0 })
+	took := waitFor("the new address serves", 10*refresh, func() bool { return added.Hits.Load() > 0 })
 	t.Logf("a new address served %v after the DNS change (discovery_refresh %v)", took, refresh)
 
 	// An address removed: no longer picked; what was in flight on it finishes.
-	removed := farm.servers["127.0.0.2"]
+	removed := farm.Pods["127.0.0.2"]
 	var gone *Target
 	for _, tg := range s.Targets() {
 		if strings.HasPrefix(tg.Addr(), "127.0.0.2:") {
@@ -219,7 +174,7 @@ func TestDiscoveryAddsAndRemovesUnderLoad(t *testing.T) {
 	// the removal): a grace far above one request's time lets those end too.
 	time.Sleep(300 * time.Millisecond)
 	waitFor("its in-flight requests finish", 5*time.Second, func() bool { return gone.InFlight() == 0 })
-	after := removed.hits.Load()
+	after := removed.Hits.Load()
 	if !gonePool.closed.Load() {
 		t.Error("the removed address's pool was not closed")
 	}
@@ -232,7 +187,7 @@ func TestDiscoveryAddsAndRemovesUnderLoad(t *testing.T) {
 	if n := errs.Load(); n != 0 {
 		t.Fatalf("%d of %d requests failed across the DNS changes, first: %v", n, done.Load(), firstErr.Load())
 	}
-	if late := removed.hits.Load() - after; late != 0 {
+	if late := removed.Hits.Load() - after; late != 0 {
 		t.Fatalf("%d requests reached the removed address after it left the set", late)
 	}
 	if got := metricValue(s, `toron_upstream_targets{route="api"}`); got != "2" {
@@ -254,10 +209,10 @@ func metricValue(s *Set, series string) string {
 }
 
 func TestDiscoveryFailedLookupKeepsTheSet(t *testing.T) {
-	farm := newLoopbackFarm(t, 2)
+	farm := testnet.NewFarm(t, 2, time.Millisecond)
 	d := dnstest.New(t)
 	d.Set("api.test", "127.0.0.2", "127.0.0.3")
-	s := discoveredSet(t, d, farm.entry("api.test"), time.Hour, nil)
+	s := discoveredSet(t, d, farm.Addr("api.test"), time.Hour, nil)
 	disc := s.firstDiscoverer()
 	want := strings.Join(addrsOf(s), ",")
 
@@ -285,10 +240,10 @@ func TestDiscoveryFailedLookupKeepsTheSet(t *testing.T) {
 }
 
 func TestDiscoveryEmptyAnswerAppliesTheSecondTime(t *testing.T) {
-	farm := newLoopbackFarm(t, 2)
+	farm := testnet.NewFarm(t, 2, time.Millisecond)
 	d := dnstest.New(t)
 	d.Set("api.test", "127.0.0.2", "127.0.0.3")
-	s := discoveredSet(t, d, farm.entry("api.test"), time.Hour, nil)
+	s := discoveredSet(t, d, farm.Addr("api.test"), time.Hour, nil)
 	disc := s.firstDiscoverer()
 
 	for _, empty := range []struct {
@@ -338,9 +293,9 @@ func TestDiscoveryEmptyAnswerAppliesTheSecondTime(t *testing.T) {
 }
 
 func TestDiscoveryNameNotResolvingAtStart(t *testing.T) {
-	farm := newLoopbackFarm(t, 1)
+	farm := testnet.NewFarm(t, 1, time.Millisecond)
 	d := dnstest.New(t)
-	s := discoveredSet(t, d, farm.entry("late.test"), 100*time.Millisecond, nil)
+	s := discoveredSet(t, d, farm.Addr("late.test"), 100*time.Millisecond, nil)
 	if n := len(s.Targets()); n != 0 {
 		t.Fatalf("%d targets for a name that does not resolve", n)
 	}
@@ -355,16 +310,16 @@ func TestDiscoveryNameNotResolvingAtStart(t *testing.T) {
 }
 
 func TestDiscoveryPerAddressHealth(t *testing.T) {
-	farm := newLoopbackFarm(t, 3)
+	farm := testnet.NewFarm(t, 3, time.Millisecond)
 	d := dnstest.New(t)
 	d.Set("api.test", "127.0.0.2", "127.0.0.3", "127.0.0.4")
-	s := discoveredSet(t, d, farm.entry("api.test"), time.Hour, func(c *Config) {
+	s := discoveredSet(t, d, farm.Addr("api.test"), time.Hour, func(c *Config) {
 		c.Passive = PassiveConfig{ConsecutiveFailures: 2, EjectTime: time.Minute, MaxEjectedPercent: 50}
 		// Round robin keeps sending the bad address its share until it is ejected; p2c would
 		// avoid it after its first failure (sampled as 1 s) and take long to fail it twice.
 		c.Balance = RoundRobin
 	})
-	farm.servers["127.0.0.3"].status.Store(503)
+	farm.Pods["127.0.0.3"].Status.Store(503)
 	for range 200 {
 		_, _ = send(s)
 	}
@@ -374,16 +329,16 @@ func TestDiscoveryPerAddressHealth(t *testing.T) {
 			t.Fatalf("%s ejected=%v; only the address answering 503 must be", tg.Addr(), tg.Ejected())
 		}
 	}
-	if got := metricValue(s, `toron_upstream_healthy{route="api",target="127.0.0.3:`+strconv.Itoa(farm.port)+`"}`); got != "0" {
+	if got := metricValue(s, `toron_upstream_healthy{route="api",target="127.0.0.3:`+strconv.Itoa(farm.Port)+`"}`); got != "0" {
 		t.Fatalf("healthy gauge of the ejected address %q, want 0", got)
 	}
 }
 
 func TestDiscoveryReloadKeepsState(t *testing.T) {
-	farm := newLoopbackFarm(t, 3)
+	farm := testnet.NewFarm(t, 3, time.Millisecond)
 	d := dnstest.New(t)
 	d.Set("api.test", "127.0.0.2", "127.0.0.3")
-	entry := farm.entry("api.test")
+	entry := farm.Addr("api.test")
 	ms := metrics.NewSet()
 	cfg := Config{Route: "api", Targets: []TargetConfig{{Addr: entry, Discover: true}}, DiscoveryRefresh: time.Hour,
 		Lookup: NewDNSLookup(d.Addr), OnTarget: attachHTTPPool, Metrics: ms,

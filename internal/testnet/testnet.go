@@ -1,5 +1,6 @@
 // Package testnet holds the test set-ups that several packages' tests share: a loopback TCP
-// pair, a poll with a generous bound, and a private certificate authority made for one test.
+// pair, a poll with a generous bound, a private certificate authority made for one test, a
+// farm of HTTP servers on 127.0.0.N sharing one port, and the process's CPU time.
 // Tests import it; no production code does.
 package testnet
 
@@ -12,10 +13,13 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -226,3 +230,61 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 		t.Fatalf("timed out waiting for %s", what)
 	}
 }
+
+// Farm is a set of HTTP servers on 127.0.0.2 .. 127.0.0.(n+1), all on one port: the pods
+// behind a headless Service, the addresses of one discovered name.
+type Farm struct {
+	// Port is the port every pod listens on.
+	Port int
+	// Pods are the servers by IP.
+	Pods map[string]*Pod
+}
+
+// Pod is one server of a Farm: it answers every request with Status (200 until set) and its
+// IP as the body, after the farm's delay, and counts its requests and connections.
+type Pod struct {
+	// IP is the pod's address.
+	IP string
+	// Hits counts the requests, Conns the connections.
+	Hits, Conns atomic.Int64
+	// Status is the status of the answers.
+	Status atomic.Int32
+	srv    *http.Server
+}
+
+// NewFarm starts n pods (LoopbackListeners), each answering after delay, stopped when the
+// test ends.
+func NewFarm(t testing.TB, n int, delay time.Duration) *Farm {
+	t.Helper()
+	lns := LoopbackListeners(t, n)
+	f := &Farm{Port: lns[0].Addr().(*net.TCPAddr).Port, Pods: map[string]*Pod{}}
+	for i, ln := range lns {
+		p := &Pod{IP: fmt.Sprintf("127.0.0.%d", i+2)}
+		p.Status.Store(200)
+		p.srv = &http.Server{
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				p.Hits.Add(1)
+				_, _ = io.Copy(io.Discard, r.Body)
+				time.Sleep(delay)
+				w.WriteHeader(int(p.Status.Load()))
+				_, _ = io.WriteString(w, p.IP)
+			}),
+			ConnState: func(_ net.Conn, s http.ConnState) {
+				if s == http.StateNew {
+					p.Conns.Add(1)
+				}
+			},
+		}
+		go func() { _ = p.srv.Serve(ln) }()
+		f.Pods[p.IP] = p
+	}
+	t.Cleanup(func() {
+		for _, p := range f.Pods {
+			_ = p.srv.Close()
+		}
+	})
+	return f
+}
+
+// Addr is "host:port" on the farm's port.
+func (f *Farm) Addr(host string) string { return net.JoinHostPort(host, strconv.Itoa(f.Port)) }
