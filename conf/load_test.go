@@ -1,6 +1,7 @@
 package conf
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -23,6 +24,24 @@ func mustLoad(t *testing.T, config, routes string, environ ...string) *Config {
 }
 
 // findRoute returns the route named name.
+// checkJSONHas fails the test for each of want that cfg's -check JSON, compacted, lacks.
+func checkJSONHas(t *testing.T, cfg *Config, want ...string) {
+	t.Helper()
+	indented, err := cfg.CheckJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, indented); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range want {
+		if !strings.Contains(compact.String(), s) {
+			t.Errorf("-check lacks %s:\n%s", s, indented)
+		}
+	}
+}
+
 func findRoute(t *testing.T, cfg *Config, name string) Route {
 	t.Helper()
 	for _, r := range cfg.Routes {
