@@ -20,7 +20,7 @@ import (
 // client as toward the upstream, and the gateway spends no CPU meanwhile (crypto/tls keeps a
 // write deadline's error: a copy loop that retried would spin).
 func TestTunnelStalledSideEnds(t *testing.T) {
-	const writeTimeout, idle = time.Second, 6 * time.Second
+	const writeTimeout, idle = time.Second, 10 * time.Second
 	for _, side := range []string{"client", "upstream"} {
 		for _, overTLS := range []bool{false, true} {
 			name := side + " stalls over TCP"
