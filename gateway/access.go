@@ -98,24 +98,32 @@ func (g *Gateway) newRouteAuth(rc *conf.Route, prev *routeAuth) (*routeAuth, err
 	return ra, nil
 }
 
-// buildAuth builds the access control of every route of snap, keeping the unchanged checkers
-// of prev; on an error it closes what it built and the snapshot must not be used.
-func (g *Gateway) buildAuth(snap, prev *snapshot) error {
+// buildAuth builds the checkers of cfg's routes, in route order, keeping the ones of prev that
+// did not change (newRouteAuth). It runs before anything of the new table that cannot be
+// undone (the Sets take over the serving targets, SPEC 18): on an error the checkers it made
+// are closed and nothing else was touched.
+func (g *Gateway) buildAuth(cfg *conf.Config, prev *snapshot) ([]*routeAuth, error) {
 	old := map[string]*routeAuth{}
 	if prev != nil {
 		for _, r := range prev.routes {
 			old[r.name] = r.ac
 		}
 	}
-	for i, r := range snap.routes {
-		ac, err := g.newRouteAuth(r.conf, old[r.name])
+	acs := make([]*routeAuth, len(cfg.Routes))
+	for i := range cfg.Routes {
+		rc := &cfg.Routes[i]
+		ac, err := g.newRouteAuth(rc, old[rc.Name])
 		if err != nil {
-			closeAuth(snap.routes[:i], prev)
-			return err
+			made := make([]*route, i)
+			for j := range made {
+				made[j] = &route{ac: acs[j]}
+			}
+			closeAuth(made, prev)
+			return nil, err
 		}
-		r.ac = ac
+		acs[i] = ac
 	}
-	return nil
+	return acs, nil
 }
 
 // closeAuth closes the checkers of routes that next does not use (nil: all of them).

@@ -215,9 +215,6 @@ func (g *Gateway) newServer(s *conf.Server) *fasthttp.Server {
 	}
 }
 
-// buildSnapshot turns a validated configuration into a route table with upstream pools. prev,
-// when not nil, is the snapshot in force: a route that keeps its name keeps its targets' state
-// (health, in-flight counts) and, when their settings did not change, their connection pools.
 // checkSnapshot reports what buildSnapshot would refuse in cfg, building nothing: the trusted
 // proxies, each route's upstream TLS settings and its upstream Set.
 func (g *Gateway) checkSnapshot(cfg *conf.Config) error {
@@ -226,6 +223,9 @@ func (g *Gateway) checkSnapshot(cfg *conf.Config) error {
 	}
 	for i := range cfg.Routes {
 		rc := &cfg.Routes[i]
+		if rc.Type == conf.RouteTypeRedirect {
+			continue // no targets, no Set (buildSnapshot)
+		}
 		tlsCfg, err := upstreamTLSConfig(rc)
 		if err != nil {
 			return err
@@ -238,6 +238,9 @@ func (g *Gateway) checkSnapshot(cfg *conf.Config) error {
 	return nil
 }
 
+// buildSnapshot turns a validated configuration into a route table with upstream pools. prev,
+// when not nil, is the snapshot in force: a route that keeps its name keeps its targets' state
+// (health, in-flight counts) and, when their settings did not change, their connection pools.
 func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, error) {
 	snap := &snapshot{
 		cfg:         cfg,
@@ -260,6 +263,21 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, er
 			}
 		}()
 	}
+	// Auth first: its checkers read files (htpasswd, JWKS) and may fail, and the Sets below
+	// take over the serving routes' targets, which cannot be undone (SPEC 18).
+	acs, err := g.buildAuth(cfg, prev)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if !built { // a step below failed: the checkers made above are not used
+			made := make([]*route, len(acs))
+			for i := range made {
+				made[i] = &route{ac: acs[i]}
+			}
+			closeAuth(made, prev)
+		}
+	}()
 	old := map[string]*route{}
 	if prev != nil {
 		for _, r := range prev.routes {
@@ -275,7 +293,7 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, er
 		if rc.Type == conf.RouteTypeRedirect {
 			// Answered at routing (SPEC 20): no targets, no pools, no upstream state.
 			st := g.stats.get(rc.Name)
-			snap.routes = append(snap.routes, &route{name: rc.Name, eff: rc.Effective, stats: st, conf: rc, server: &cfg.Server, traffic: newTrafficRules(rc)})
+			snap.routes = append(snap.routes, &route{name: rc.Name, eff: rc.Effective, stats: st, conf: rc, server: &cfg.Server, traffic: newTrafficRules(rc), ac: acs[i]})
 			continue
 		}
 		var prevSet *up.Set
@@ -323,10 +341,8 @@ func (g *Gateway) buildSnapshot(cfg *conf.Config, prev *snapshot) (*snapshot, er
 		rt.rw, rt.tun = newRewrite(rc), g.tunnels.stats(rc)
 		rt.tls = tlsCfg
 		rt.traffic = newTrafficRules(rc)
+		rt.ac = acs[i]
 		snap.routes = append(snap.routes, rt)
-	}
-	if err := g.buildAuth(snap, prev); err != nil {
-		return nil, err
 	}
 	snap.table = newRouteTable(entries)
 	built = true

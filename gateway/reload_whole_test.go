@@ -2,6 +2,9 @@ package gateway
 
 import (
 	"crypto/tls"
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"toron/internal/testnet"
@@ -13,6 +16,15 @@ import (
 // targets with their pools. Here the step that fails is the second route's upstream Set, after
 // the certificates changed and the first route moved to another target.
 func TestFailedReloadLeavesEverythingServing(t *testing.T) {
+	for _, step := range []string{"upstream set", "auth file"} {
+		t.Run(step, func(t *testing.T) { testFailedReload(t, step) })
+	}
+}
+
+// testFailedReload: step is what fails, after the certificates changed and /one moved: the
+// second route's upstream Set (a value only the gateway refuses), or its auth checker (its
+// users file went away between the load and the build).
+func testFailedReload(t *testing.T, step string) {
 	pki := testnet.NewCA(t)
 	_, certA, keyA := pki.IssueFiles(t, "certA", "127.0.0.1")
 	_, certB, keyB := pki.IssueFiles(t, "certB", "127.0.0.1")
@@ -23,8 +35,17 @@ func TestFailedReloadLeavesEverythingServing(t *testing.T) {
 		t.Fatalf("before the reload: %d, u1 saw %d", code, u1.requests.Load())
 	}
 
-	cfg := loadConfig(t, tlsServerYAML("", certB, keyB), upstreamRoute("/one", u3.addr, "")+upstreamRoute("/two", u2.addr, ""))
-	cfg.Routes[1].Effective.Retries = 99 // refused by upstream.NewSet, after /one was built
+	users := filepath.Join(t.TempDir(), "users")
+	writeUsers(t, users, "ops", "secret")
+	cfg := loadConfig(t, tlsServerYAML("", certB, keyB), upstreamRoute("/one", u3.addr, "")+upstreamRoute("/two", u2.addr, fmt.Sprintf("auth: {basic: {users_file: %q}}", users)))
+	switch step {
+	case "upstream set":
+		cfg.Routes[1].Effective.Retries = 99 // refused by upstream.NewSet, after /one was built
+	case "auth file":
+		if err := os.Remove(users); err != nil {
+			t.Fatal(err)
+		}
+	}
 	rerr := gw.g.Reload(cfg)
 	if rerr == nil {
 		t.Fatal("the reload was accepted")
@@ -51,5 +72,16 @@ func TestFailedReloadLeavesEverythingServing(t *testing.T) {
 	}
 	if n := u1.conns.Load(); n != 1 {
 		t.Errorf("the old target's pool was retired: %d upstream connections, want 1 kept alive", n)
+	}
+}
+
+// TestReloadWithRedirectRoute: a redirect route has no targets and no Set; the reload's check
+// of every route's Set must not refuse it.
+func TestReloadWithRedirectRoute(t *testing.T) {
+	up := startUpstream(t, nil)
+	routes := `- {type: redirect, prefix: /old, to: "https://{host}/new{uri}"}` + "\n" + upstreamRoute("/api", up.addr, "")
+	gw := startGateway(t, "", routes)
+	if err := gw.g.Reload(loadConfig(t, "", routes)); err != nil {
+		t.Fatalf("a reload with a redirect route was refused: %v", err)
 	}
 }
