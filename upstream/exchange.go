@@ -87,9 +87,14 @@ func (s *Set) Forward(clientIP []byte, wait time.Duration, out *Outbound, req *f
 		}
 		tried[n] = t
 		n++
-		p := PoolOf(t)
+		p, _ := t.Attached().(*Pool)
 		a.Addr = t.Addr()
-		if !p.Acquire(wait) {
+		if p == nil {
+			// The target left the route between the pick and now (a DNS refresh or a reload
+			// retired it and closed its pool): nothing was sent, another target may serve.
+			t.Done(Neutral, fasthttp.StatusBadGateway)
+			err = ErrTargetGone
+		} else if !p.Acquire(wait) {
 			// Toron's own limit, not the target's failure.
 			t.Done(Neutral, fasthttp.StatusBadGateway)
 			err = ErrPoolExhausted
@@ -126,6 +131,10 @@ func (s *Set) Forward(clientIP []byte, wait time.Duration, out *Outbound, req *f
 		s.CountRetry()
 	}
 }
+
+// ErrTargetGone is an attempt on a target that left its route after the balancer picked it
+// (its pool closed): no byte was sent, so another target may be tried (SPEC 3 step 9).
+var ErrTargetGone = errors.New("upstream: target left the route before the request was sent")
 
 // PoolOf returns the connection pool attached to t (Target.Attach). A target without one is
 // a programming error.
@@ -193,7 +202,7 @@ func KeepAlive(resp *fasthttp.Response) bool {
 // only kind another target may be tried after (SPEC 3 step 9).
 func SentNothing(err error) bool {
 	return errors.As(err, new(*DialError)) || errors.As(err, new(*TLSHandshakeError)) ||
-		errors.Is(err, ErrPoolExhausted)
+		errors.Is(err, ErrPoolExhausted) || errors.Is(err, ErrTargetGone)
 }
 
 // ErrUnexpectedUpgrade reports a 101 Switching Protocols to a request that asked no upgrade
