@@ -26,9 +26,9 @@ func startFastUpstream(tb testing.TB) string {
 	return ln.Addr().String()
 }
 
-// benchmarkSmallGET sends GET /api/users on one keep-alive connection per iteration and expects
-// wantStatus.
-func benchmarkSmallGET(b *testing.B, addr string, wantStatus int) {
+// benchmarkSmallGET sends GET /api/users, with the header pairs (name, value, ...), on one
+// keep-alive connection per iteration and expects wantStatus.
+func benchmarkSmallGET(b *testing.B, addr string, wantStatus int, headers ...string) {
 	hc := &fasthttp.HostClient{Addr: addr, MaxConns: 1}
 	defer hc.CloseIdleConnections()
 	req := fasthttp.AcquireRequest()
@@ -36,6 +36,9 @@ func benchmarkSmallGET(b *testing.B, addr string, wantStatus int) {
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI("http://" + addr + "/api/users")
+	for k := 0; k+1 < len(headers); k += 2 {
+		req.Header.Set(headers[k], headers[k+1])
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
