@@ -201,17 +201,7 @@ func TestAuthRefusedBeforeBody(t *testing.T) {
 		upstreamRoute("/j", up.addr, fmt.Sprintf("max_body_bytes: 209715200\nmax_concurrency: 4\nauth: {jwt: {jwks_file: %q, algorithms: [ES256]}}", jwks)))
 	for _, path := range []string{"/b/upload", "/j/upload"} {
 		for _, expect := range []bool{false, true} {
-			c := dialRaw(t, gw.addr)
-			req := "POST " + path + " HTTP/1.1\r\nHost: a\r\nContent-Length: 200000000\r\n"
-			if expect {
-				req += "Expect: 100-continue\r\n"
-			}
-			start := time.Now()
-			if _, err := io.WriteString(c, req+"\r\n"); err != nil {
-				t.Fatal(err)
-			}
-			resp := readRawResponse(t, c, "POST")
-			elapsed := time.Since(start)
+			resp, elapsed := headersOnly(t, gw.addr, path, 200000000, expect)
 			if resp.StatusCode != 401 || !resp.closed {
 				t.Errorf("%s expect=%v: %d closed=%v %s", path, expect, resp.StatusCode, resp.closed, resp.body)
 			}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -229,6 +230,24 @@ func dialRaw(t *testing.T, addr string) net.Conn {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// headersOnly sends the headers of a POST to path declaring a body of length bytes (with
+// Expect: 100-continue when expect is set) on a fresh connection, and no byte of the body; it
+// returns the answer and how long it took to come.
+func headersOnly(t *testing.T, addr, path string, length int64, expect bool) (rawResponse, time.Duration) {
+	t.Helper()
+	c := dialRaw(t, addr)
+	req := "POST " + path + " HTTP/1.1\r\nHost: a\r\nContent-Length: " + strconv.FormatInt(length, 10) + "\r\n"
+	if expect {
+		req += "Expect: 100-continue\r\n"
+	}
+	start := time.Now()
+	if _, err := io.WriteString(c, req+"\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp := readRawResponse(t, c, "POST")
+	return resp, time.Since(start)
 }
 
 // rawRequest writes exact bytes on a fresh connection and reads one response.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"strings"
 	"testing"
@@ -70,21 +69,7 @@ func TestTier1BeforeBody(t *testing.T) {
 	up := startUpstream(t, nil)
 	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
 	for _, expect := range []bool{false, true} {
-		c, err := net.Dial("tcp", gw.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req := "POST /api/upload HTTP/1.1\r\nHost: a\r\nContent-Length: 1073741824\r\n"
-		if expect {
-			req += "Expect: 100-continue\r\n"
-		}
-		start := time.Now()
-		if _, err := io.WriteString(c, req+"\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		resp := readRawResponse(t, c, "POST")
-		elapsed := time.Since(start)
-		c.Close()
+		resp, elapsed := headersOnly(t, gw.addr, "/api/upload", 1073741824, expect)
 		if resp.StatusCode != 413 || !strings.Contains(string(resp.body), "exceeds effective route limit") {
 			t.Fatalf("expect=%v: %d %s", expect, resp.StatusCode, resp.body)
 		}
