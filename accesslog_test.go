@@ -14,6 +14,7 @@ import (
 
 	"toron/conf"
 	"toron/gateway"
+	"toron/internal/testnet"
 )
 
 // countingWriter counts the writes that reach it: each is one write(2) on stderr.
@@ -120,7 +121,7 @@ func TestLogSinkFlushesWithinInterval(t *testing.T) {
 // after SIGTERM (no drain delay, so the exit, not the timer, writes them).
 func TestAccessLogFlushedOnBinary(t *testing.T) {
 	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {})
-	port := freePort(t)
+	port := testnet.FreePort(t)
 	dir := t.TempDir()
 	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\nlog:\n  access: true\n", port))
 	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /\n    target: http://%s\n", upAddr))

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 // TestGlobalRateLimitThreeProcesses: three Toron processes share one redis-server (SPEC 17,
@@ -25,7 +27,7 @@ func TestGlobalRateLimitThreeProcesses(t *testing.T) {
 		}
 		t.Skip("redis-server is not installed: run `make test` or apt-get install redis-server")
 	}
-	rport := freePort(t)
+	rport := testnet.FreePort(t)
 	redis := exec.Command(bin, "--port", strconv.Itoa(rport), "--bind", "127.0.0.1", "--save", "",
 		"--appendonly", "no", "--daemonize", "no", "--dir", t.TempDir())
 	if err := redis.Start(); err != nil {
@@ -43,7 +45,7 @@ func TestGlobalRateLimitThreeProcesses(t *testing.T) {
 		"    rate_limit: {requests_per_second: %v, burst: %v, key: \"header:X-Key\", scope: global}\n", upAddr, rate, burst))
 	var bases []string
 	for i := 0; i < 3; i++ {
-		port := freePort(t)
+		port := testnet.FreePort(t)
 		cfg := writeFile(t, dir, fmt.Sprintf("config%d.yaml", i), fmt.Sprintf(
 			"server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\n  redis: {addrs: [\"127.0.0.1:%d\"], timeout: 500ms}\nlog:\n  access: false\n", port, rport))
 		_, _, base := startBinary(t, cfg, routes, port)

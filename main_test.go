@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 // binPath is the toron binary built once for the process-level tests: signals and exit codes
@@ -50,16 +52,6 @@ func startTestUpstream(t *testing.T, h http.HandlerFunc) string {
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().String()
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 func writeFile(t *testing.T, dir, name, content string) string {
@@ -193,7 +185,7 @@ func TestGracefulShutdown(t *testing.T) {
 	var releaseOnce sync.Once
 	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
 
-	port := freePort(t)
+	port := testnet.FreePort(t)
 	dir := t.TempDir()
 	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 2s\n  shutdown_timeout: 20s\nlog:\n  access: true\n", port))
 	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /\n    target: http://%s\n", upAddr))
@@ -290,7 +282,7 @@ func TestGracefulShutdown(t *testing.T) {
 // (SPEC 9): /health keeps answering 503 draining; a second SIGTERM then ends the delay early.
 func TestSignalsDuringDrain(t *testing.T) {
 	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {})
-	port := freePort(t)
+	port := testnet.FreePort(t)
 	dir := t.TempDir()
 	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 60s\n  shutdown_timeout: 5s\nlog:\n  access: false\n", port))
 	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /\n    target: http://%s\n", upAddr))
@@ -381,7 +373,7 @@ func waitHealthy(t *testing.T, base string) {
 }
 
 func TestDemoModeServes(t *testing.T) {
-	port := freePort(t)
+	port := testnet.FreePort(t)
 	cmd := exec.Command(binPath, "-demo")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("TORON_SERVER__PORT=%d", port), "TORON_SERVER__DRAIN_DELAY=0s", "TORON_LOG__ACCESS=false")
 	stdout, err := cmd.StdoutPipe()
@@ -442,7 +434,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 		io.WriteString(w, r.URL.Path)
 	})
 
-	port := freePort(t)
+	port := testnet.FreePort(t)
 	dir := t.TempDir()
 	serverYAML := fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\nlog:\n  level: info\n  access: false\n", port)
 	cfg := writeFile(t, dir, "config.yaml", serverYAML)
@@ -529,7 +521,7 @@ func (s *syncBuffer) String() string {
 // the running format again is not, whatever the reloads in between asked for.
 func TestReloadLogFormatNamesTheRunningEncoder(t *testing.T) {
 	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {})
-	port := freePort(t)
+	port := testnet.FreePort(t)
 	dir := t.TempDir()
 	serverYAML := func(format string) string {
 		return fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\nlog:\n  format: %s\n  access: false\n", port, format)
@@ -568,7 +560,7 @@ func TestReloadLogFormatNamesTheRunningEncoder(t *testing.T) {
 // so that Prometheus ingests counters, gauges and histograms as such rather than untyped.
 func TestMetricsAreTyped(t *testing.T) {
 	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {})
-	port := freePort(t)
+	port := testnet.FreePort(t)
 	dir := t.TempDir()
 	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\nlog:\n  access: false\n", port))
 	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /a\n    target: http://%s\n", upAddr))
@@ -646,7 +638,7 @@ func TestConfigValuesThatBrokeAtRunTime(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			port := freePort(t)
+			port := testnet.FreePort(t)
 			cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n%s", port, tc.server))
 			routes := writeFile(t, dir, "routes.yaml", tc.routes)
 			for _, args := range [][]string{{"-check"}, {}} {

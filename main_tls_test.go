@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"toron/demo"
+	"toron/internal/testnet"
 )
 
 // trusting returns an HTTPS client that trusts the PEM certificate in certFile.
@@ -47,7 +48,7 @@ func servedCert(t *testing.T, c *http.Client, base string) (string, error) {
 }
 
 func TestDemoTLSServes(t *testing.T) {
-	port, rport := freePort(t), freePort(t)
+	port, rport := testnet.FreePort(t), testnet.FreePort(t)
 	cmd := exec.Command(binPath, "-demo-tls")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("TORON_SERVER__PORT=%d", port), fmt.Sprintf("TORON_DEMO_REDIRECT_PORT=%d", rport), "TORON_SERVER__DRAIN_DELAY=0s", "TORON_LOG__ACCESS=false")
 	stdout, err := cmd.StdoutPipe()
@@ -164,7 +165,7 @@ func startTLSBinary(t *testing.T, dir, certDir string, args ...string) *tlsBinar
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
+	port := testnet.FreePort(t)
 	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\n  tls:\n    certs:\n      - {cert_file: %q, key_file: %q}\nlog:\n  access: false\n", port, certFile, keyFile))
 	routes := writeFile(t, dir, "routes.yaml", "routes: []\n")
 	cmd := exec.Command(binPath, append(args, "-config", cfg, "-routes", routes)...)

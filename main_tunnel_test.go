@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 // startEchoWS is a raw WebSocket upstream: the handshake, then an echo of every byte.
@@ -50,7 +52,7 @@ func startEchoWS(t *testing.T) string {
 // written.
 func TestSIGTERMWithOpenTunnel(t *testing.T) {
 	up := startEchoWS(t)
-	port := freePort(t)
+	port := testnet.FreePort(t)
 	dir := t.TempDir()
 	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 1s\n  shutdown_timeout: 2s\nlog:\n  access: true\n", port))
 	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /ws\n    target: http://%s\n    websocket: true\n", up))

@@ -19,6 +19,7 @@ import (
 
 	"toron/conf"
 	"toron/gateway"
+	"toron/internal/testnet"
 )
 
 // startWatchingBinary is startBinary with -watch turned on by env (TORON_WATCH=1) or by flag.
@@ -108,7 +109,7 @@ func TestWatchKubeletSwapReloadsBinary(t *testing.T) {
 	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, r.URL.Path)
 	})
-	port := freePort(t)
+	port := testnet.FreePort(t)
 	serverYAML := fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\nlog:\n  access: false\n", port)
 	route := func(prefix string) string {
 		return fmt.Sprintf("  - type: upstream\n    prefix: %s\n    target: http://%s\n", prefix, upAddr)
@@ -171,7 +172,7 @@ func TestWatchKubeletSwapReloadsBinary(t *testing.T) {
 // gateway; a rewrite with the same bytes does not count as a reload.
 func TestWatchRenameOverReloadsBinary(t *testing.T) {
 	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {})
-	port := freePort(t)
+	port := testnet.FreePort(t)
 	dir := t.TempDir()
 	cfgYAML := fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\nlog:\n  access: false\n", port)
 	cfg := writeFile(t, dir, "config.yaml", cfgYAML)

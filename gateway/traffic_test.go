@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -86,23 +85,12 @@ func TestHTTPSOnly(t *testing.T) {
 	}
 }
 
-// freeLoopbackPort returns a port that was free a moment ago.
-func freeLoopbackPort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // TestHTTPSRedirectListener: server.tls.http_redirect opens a plaintext listener that redirects
 // to the TLS port, serves the health path (draining with the main listener), and closes with it.
 func TestHTTPSRedirectListener(t *testing.T) {
 	_, c1, k1 := testnet.NewCA(t).IssueFiles(t, "gw", "gw.test")
 	u := startUpstream(t, nil)
-	port := freeLoopbackPort(t)
+	port := testnet.FreePort(t)
 	gw := startGateway(t, "port: 8443\n"+tlsServerYAML(fmt.Sprintf("http_redirect: {port: %d}", port), c1, k1), upstreamRoute("/api", u.addr, ""))
 	rln, err := gw.g.ListenRedirect()
 	if err != nil || rln == nil {

@@ -74,6 +74,18 @@ func CPUSeconds(t testing.TB) float64 {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
+// FreePort returns a loopback port that was free a moment ago, for a server the test starts
+// with a port in its configuration.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
 // Pair returns both ends of a loopback TCP connection, closed when the test ends.
 func Pair(t testing.TB) (client, server net.Conn) {
 	t.Helper()
