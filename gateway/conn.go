@@ -305,23 +305,6 @@ func (c *clientConn) Write(p []byte) (int, error) {
 func (c *clientConn) readWithPending(p []byte) (int, error) {
 	r := c.raw
 	err := r.WriteRead(p, &c.hasPending)
-	if err != nil || !r.Released || r.Partial {
-		return c.readWithPendingRest(p, err)
-	}
-	// The common case: the response end was written whole and its buffer given back before
-	// the wait (pendingWritten).
-	if r.Err == nil && !c.bodyPhase {
-		c.headBytes += int64(r.N)
-	}
-	return r.N, r.Err
-}
-
-// readWithPendingRest is readWithPending's less common ends: a wait that failed, bytes the
-// callback never claimed (a deadline already past), a socket that took only part of them.
-//
-//go:noinline
-func (c *clientConn) readWithPendingRest(p []byte, err error) (int, error) {
-	r := c.raw
 	rest := r.Pending
 	r.Pending = nil
 	if r.Claimed {

@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 // The global rate-limit tests run real redis-server processes (Debian's package, installed by
@@ -71,22 +73,11 @@ func needRedis(t testing.TB) string {
 	return bin
 }
 
-// freePort returns a loopback TCP port nobody listens on at the moment of the call.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // startRedis starts a redis-server on a free loopback port with extra arguments and waits until
 // it answers PING. The server is stopped when the test ends.
 func startRedis(t testing.TB, extra ...string) *redisServer {
 	t.Helper()
-	port := freePort(t)
+	port := testnet.FreePort(t)
 	s := &redisServer{t: t, port: port, addr: "127.0.0.1:" + strconv.Itoa(port), dir: t.TempDir()}
 	s.args = append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
 		"--appendonly", "no", "--daemonize", "no", "--dir", s.dir, "--logfile", ""}, extra...)
@@ -253,7 +244,7 @@ func startRedisTLS(t testing.TB, extra ...string) *redisTLS {
 			t.Fatal(err)
 		}
 	}
-	port := freePort(t)
+	port := testnet.FreePort(t)
 	s := &redisServer{t: t, port: port, addr: "127.0.0.1:" + strconv.Itoa(port), dir: dir}
 	s.args = append([]string{"--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--tls-cert-file", filepath.Join(dir, "cert.pem"), "--tls-key-file", filepath.Join(dir, "key.pem"),

@@ -10,8 +10,14 @@
 # package scripts do not start a system nginx on port 80.
 set -euo pipefail
 
-# binary:package pairs
-tools="wrk:wrk nginx:nginx haproxy:haproxy slowhttptest:slowhttptest"
+# binary:package pairs: the arguments, or the benchmarks' tools (scripts/need-redis.sh passes
+# redis-server's).
+if [ $# -gt 0 ]; then
+	tools="$*"
+else
+	tools="wrk:wrk nginx:nginx haproxy:haproxy slowhttptest:slowhttptest"
+fi
+names=$(for pair in $tools; do printf '%s ' "${pair%%:*}"; done)
 
 missing=()
 for pair in $tools; do
@@ -23,7 +29,7 @@ for pair in $tools; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
-	echo "install-bench-deps: wrk, nginx, haproxy and slowhttptest are installed"
+	echo "install-bench-deps: ${names% } installed"
 	exit 0
 fi
 
