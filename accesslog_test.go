@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,34 +15,29 @@ import (
 	"toron/internal/testnet"
 )
 
-// countingWriter counts the writes that reach it: each is one write(2) on stderr.
-type countingWriter struct {
-	mu     sync.Mutex
-	writes int
-	b      bytes.Buffer
+// newBufferedLogger is main's logger with access lines on, writing into a testnet.Buffer
+// (each Write is one write(2) on stderr); closeLog runs when the test ends.
+func newBufferedLogger(t *testing.T) (*zap.Logger, *testnet.Buffer, func()) {
+	t.Helper()
+	w := &testnet.Buffer{}
+	log, _, closeLog, err := newLogger(conf.Log{Level: "info", Format: "json", Access: true}, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeLog)
+	return log, w, closeLog
 }
 
-func (w *countingWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.writes++
-	return w.b.Write(p)
-}
-
-func (w *countingWriter) stats() (writes, lines int, text string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.writes, strings.Count(w.b.String(), "\n"), w.b.String()
+// stats returns the writes, the lines and the text that reached w.
+func stats(w *testnet.Buffer) (writes, lines int, text string) {
+	text = w.String()
+	return w.Writes(), strings.Count(text, "\n"), text
 }
 
 // TestLogSinkBatchesAccessLines: N access lines cost a handful of writes, not N; all N are out
 // after closeLog; another kind of line is written at once.
 func TestLogSinkBatchesAccessLines(t *testing.T) {
-	w := &countingWriter{}
-	log, _, closeLog, err := newLogger(conf.Log{Level: "info", Format: "json", Access: true}, w)
-	if err != nil {
-		t.Fatal(err)
-	}
+	log, w, closeLog := newBufferedLogger(t)
 	const n = 5000
 	var wg sync.WaitGroup
 	for g := range 4 {
@@ -55,7 +48,7 @@ func TestLogSinkBatchesAccessLines(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	writes, lines, _ := w.stats()
+	writes, lines, _ := stats(w)
 	// About 100 bytes a line: n lines fill the 256 KiB buffer at most twice (plus a timer
 	// flush or two on a slow machine).
 	if writes > 10 {
@@ -64,7 +57,7 @@ func TestLogSinkBatchesAccessLines(t *testing.T) {
 	t.Logf("%d access lines: %d writes, %d lines out before close", n, writes, lines)
 
 	closeLog()
-	writes, lines, _ = w.stats()
+	writes, lines, _ = stats(w)
 	if lines != n {
 		t.Errorf("%d lines after closeLog, want %d", lines, n)
 	}
@@ -74,15 +67,10 @@ func TestLogSinkBatchesAccessLines(t *testing.T) {
 // TestLogSinkWritesOtherLinesAtOnce: a line that is not an access line is written at once,
 // with the access lines buffered before it.
 func TestLogSinkWritesOtherLinesAtOnce(t *testing.T) {
-	w := &countingWriter{}
-	log, _, closeLog, err := newLogger(conf.Log{Level: "info", Format: "json", Access: true}, w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeLog()
+	log, w, _ := newBufferedLogger(t)
 	log.Info(gateway.AccessLogMessage, zap.String("path", "/a"))
 	log.Warn("configuration reloaded")
-	writes, lines, text := w.stats()
+	writes, lines, text := stats(w)
 	if lines != 2 || writes != 1 || !strings.Contains(text, "configuration reloaded") {
 		t.Errorf("after a warning: %d writes, %d lines %q; want both lines in one write", writes, lines, text)
 	}
@@ -91,19 +79,14 @@ func TestLogSinkWritesOtherLinesAtOnce(t *testing.T) {
 // TestLogSinkFlushesWithinInterval: a lone access line is written by the timer, within about
 // a second, with nothing else logged.
 func TestLogSinkFlushesWithinInterval(t *testing.T) {
-	w := &countingWriter{}
-	log, _, closeLog, err := newLogger(conf.Log{Level: "info", Format: "json", Access: true}, w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeLog()
+	log, w, _ := newBufferedLogger(t)
 	log.Info(gateway.AccessLogMessage, zap.String("path", "/a"))
-	if _, lines, _ := w.stats(); lines != 0 {
+	if _, lines, _ := stats(w); lines != 0 {
 		t.Fatalf("the access line was written at once; it should wait for the interval")
 	}
 	start := time.Now()
 	for {
-		if _, lines, _ := w.stats(); lines == 1 {
+		if _, lines, _ := stats(w); lines == 1 {
 			break
 		}
 		if time.Since(start) > 5*time.Second {
@@ -121,20 +104,10 @@ func TestLogSinkFlushesWithinInterval(t *testing.T) {
 // after SIGTERM (no drain delay, so the exit, not the timer, writes them).
 func TestAccessLogFlushedOnBinary(t *testing.T) {
 	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {})
-	port := testnet.FreePort(t)
-	dir := t.TempDir()
-	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\nlog:\n  access: true\n", port))
-	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /\n    target: http://%s\n", upAddr))
-	cmd, stderr, base := startBinary(t, cfg, routes, port)
+	cmd, stderr, base := startGateway(t, "  drain_delay: 0s\n", true, "routes:\n"+upstreamRoute("/", upAddr))
 	accessLines := func() int { return strings.Count(stderr.String(), `"msg":"request"`) }
 
-	get := func(path string) {
-		resp, err := http.Get(base + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-	}
+	get := func(path string) { get(t, nil, base+path) }
 	get("/first")
 	start := time.Now()
 	for accessLines() < 1 {
@@ -152,19 +125,7 @@ func TestAccessLogFlushedOnBinary(t *testing.T) {
 	for i := range burst {
 		get(fmt.Sprintf("/burst/%d", i))
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if code := exitCode(err); code != 0 {
-			t.Fatalf("exit %d; stderr %s", code, stderr.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("gateway did not exit; stderr %s", stderr.String())
-	}
+	stopBinary(t, cmd, stderr)
 	if got := accessLines(); got != 1+burst {
 		t.Errorf("%d access lines after exit, want %d; stderr:\n%s", got, 1+burst, stderr.String())
 	}

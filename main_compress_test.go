@@ -13,8 +13,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"toron/internal/testnet"
 )
 
 // rssBytes reads the resident set size of process pid from /proc.
@@ -61,11 +59,8 @@ func TestCompressMemoryBound(t *testing.T) {
 	})
 	for _, enc := range []string{"br", "zstd", "gzip"} {
 		t.Run(enc, func(t *testing.T) {
-			dir := t.TempDir()
-			port := testnet.FreePort(t)
-			cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  worker_pool_size: 1100\n  worker_queue_timeout: 10s\n  connect_timeout: 30s\n  response_header_timeout: 60s\n  drain_delay: 0s\nlog:\n  access: false\n", port))
-			routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - {type: upstream, prefix: /, target: \"http://%s\", max_upstream_conns: 1100, compress: true}\n", upAddr))
-			cmd, _, base := startBinary(t, cfg, routes, port)
+			cmd, _, base := startGateway(t, "  worker_pool_size: 1100\n  worker_queue_timeout: 10s\n  connect_timeout: 30s\n  response_header_timeout: 60s\n  drain_delay: 0s\n", false,
+				fmt.Sprintf("routes:\n  - {type: upstream, prefix: /, target: \"http://%s\", max_upstream_conns: 1100, compress: true}\n", upAddr))
 			addr := strings.TrimPrefix(base, "http://")
 
 			// Warm up (pools, first encoders), then the idle value.

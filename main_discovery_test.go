@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -28,11 +26,9 @@ func TestCheckListsDiscoveredAddresses(t *testing.T) {
     targets:
       - {url: "http://late.test:8080", discover: dns}
 `)
-	cmd := exec.Command(binPath, "-check", "-config", cfg, "-routes", routes)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if code := exitCode(cmd.Run()); code != 0 {
-		t.Fatalf("exit %d, stderr %s", code, stderr.String())
+	code, stdout, stderr := runBinary(nil, "-check", "-config", cfg, "-routes", routes)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, stderr)
 	}
 	var doc struct {
 		Routes []struct {
@@ -46,8 +42,8 @@ func TestCheckListsDiscoveredAddresses(t *testing.T) {
 			} `json:"effective"`
 		} `json:"routes"`
 	}
-	if err := json.Unmarshal(stdout.Bytes(), &doc); err != nil {
-		t.Fatalf("stdout is not JSON: %v\n%s", err, stdout.String())
+	if err := json.Unmarshal([]byte(stdout), &doc); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, stdout)
 	}
 	got := doc.Routes[0].Effective.Targets[0]
 	if got.Discover != "dns" || strings.Join(got.Found, " ") != "10.1.0.5:8080 10.1.0.7:8080 [fd00::9]:8080" {
@@ -56,7 +52,7 @@ func TestCheckListsDiscoveredAddresses(t *testing.T) {
 	if late := doc.Routes[1].Effective.Targets[0]; len(late.Found) != 0 {
 		t.Fatalf("a name without records shows %v", late.Found)
 	}
-	if !strings.Contains(stderr.String(), `warning: route "/late": late.test:8080 (discover: dns) has no address`) {
-		t.Fatalf("no warning for the name without addresses; stderr:\n%s", stderr.String())
+	if !strings.Contains(stderr, `warning: route "/late": late.test:8080 (discover: dns) has no address`) {
+		t.Fatalf("no warning for the name without addresses; stderr:\n%s", stderr)
 	}
 }

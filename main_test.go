@@ -74,23 +74,21 @@ func exitCode(err error) int {
 }
 
 func TestCheckShippedConfig(t *testing.T) {
-	cmd := exec.Command(binPath, "-check", "-config", "conf/config.yaml", "-routes", "conf/routes.yaml")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if code := exitCode(cmd.Run()); code != 0 {
-		t.Fatalf("exit %d, stderr %s", code, stderr.String())
+	code, stdout, stderr := runBinary(nil, "-check", "-config", "conf/config.yaml", "-routes", "conf/routes.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, stderr)
 	}
 	var v map[string]any
-	if err := json.Unmarshal(stdout.Bytes(), &v); err != nil {
-		t.Fatalf("stdout is not JSON: %v\n%s", err, stdout.String())
+	if err := json.Unmarshal([]byte(stdout), &v); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, stdout)
 	}
 	for _, want := range []string{"elevated", "guardrail", "/legacy/upload"} {
-		if !strings.Contains(stdout.String(), want) {
+		if !strings.Contains(stdout, want) {
 			t.Errorf("-check output lacks %q", want)
 		}
 	}
-	if !strings.Contains(stderr.String(), "warning") {
-		t.Errorf("expected the elevated-budget warning on stderr, got %q", stderr.String())
+	if !strings.Contains(stderr, "warning") {
+		t.Errorf("expected the elevated-budget warning on stderr, got %q", stderr)
 	}
 }
 
@@ -98,24 +96,17 @@ func TestCheckInvalidConfigExits2(t *testing.T) {
 	dir := t.TempDir()
 	cfg := writeFile(t, dir, "config.yaml", "server:\n  read_timeout: -5s\n")
 	routes := writeFile(t, dir, "routes.yaml", "routes:\n  - type: upstream\n    prefix: /api\n    target: http://127.0.0.1:1\n")
-	cmd := exec.Command(binPath, "-check", "-config", cfg, "-routes", routes)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if code := exitCode(cmd.Run()); code != 2 {
-		t.Fatalf("exit %d, want 2; stderr %s", code, stderr.String())
-	}
-	if !strings.Contains(stderr.String(), "read_timeout") {
-		t.Errorf("error does not name the key: %s", stderr.String())
-	}
-
-	cmd = exec.Command(binPath, "-check", "-config", filepath.Join(dir, "missing.yaml"), "-routes", routes)
-	stderr.Reset()
-	cmd.Stderr = &stderr
-	if code := exitCode(cmd.Run()); code != 2 {
-		t.Fatalf("missing file: exit %d, want 2", code)
-	}
-	if !strings.Contains(stderr.String(), "missing.yaml") {
-		t.Errorf("error does not name the missing file: %s", stderr.String())
+	for _, tc := range []struct{ config, names string }{
+		{cfg, "read_timeout"},
+		{filepath.Join(dir, "missing.yaml"), "missing.yaml"},
+	} {
+		code, _, stderr := runBinary(nil, "-check", "-config", tc.config, "-routes", routes)
+		if code != 2 {
+			t.Errorf("%s: exit %d, want 2; stderr %s", tc.config, code, stderr)
+		}
+		if !strings.Contains(stderr, tc.names) {
+			t.Errorf("%s: the error does not name %s: %s", tc.config, tc.names, stderr)
+		}
 	}
 }
 
@@ -123,25 +114,16 @@ func TestCheckInvalidConfigExits2(t *testing.T) {
 // 2 (SPEC 1); -h alone prints the usage, and exits 0.
 func TestBadFlagExits2WithOneLine(t *testing.T) {
 	for _, args := range [][]string{{"-bogus"}, {"-check", "extra"}, {"-config"}} {
-		cmd := exec.Command(binPath, args...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if code := exitCode(cmd.Run()); code != 2 {
-			t.Errorf("%v: exit %d, want 2; stderr %s", args, code, stderr.String())
+		code, _, out := runBinary(nil, args...)
+		if code != 2 {
+			t.Errorf("%v: exit %d, want 2; stderr %s", args, code, out)
 		}
-		out := stderr.String()
 		if strings.Count(out, "\n") != 1 || !strings.HasPrefix(out, "toron: ") {
 			t.Errorf("%v: stderr is not one line starting with \"toron: \": %q", args, out)
 		}
 	}
-	cmd := exec.Command(binPath, "-h")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if code := exitCode(cmd.Run()); code != 0 {
-		t.Errorf("-h: exit %d, want 0", code)
-	}
-	if !strings.Contains(stderr.String(), "-routes") {
-		t.Errorf("-h prints no usage: %q", stderr.String())
+	if code, _, out := runBinary(nil, "-h"); code != 0 || !strings.Contains(out, "-routes") {
+		t.Errorf("-h: exit %d, want 0 with the usage; stderr %q", code, out)
 	}
 }
 
@@ -155,15 +137,13 @@ func TestPortInUseExits1(t *testing.T) {
 	dir := t.TempDir()
 	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n", port))
 	routes := writeFile(t, dir, "routes.yaml", "routes:\n  - type: upstream\n    prefix: /api\n    target: http://127.0.0.1:1\n")
-	cmd := exec.Command(binPath, "-config", cfg, "-routes", routes)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if code := exitCode(cmd.Run()); code != 1 {
-		t.Fatalf("exit %d, want 1; stderr %s", code, stderr.String())
+	code, _, stderr := runBinary(nil, "-config", cfg, "-routes", routes)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1; stderr %s", code, stderr)
 	}
-	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
 	if len(lines) != 1 || !strings.Contains(lines[0], "in use") {
-		t.Errorf("want one line saying the address is in use, got %q", stderr.String())
+		t.Errorf("want one line saying the address is in use, got %q", stderr)
 	}
 }
 
@@ -185,11 +165,7 @@ func TestGracefulShutdown(t *testing.T) {
 	var releaseOnce sync.Once
 	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
 
-	port := testnet.FreePort(t)
-	dir := t.TempDir()
-	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 2s\n  shutdown_timeout: 20s\nlog:\n  access: true\n", port))
-	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /\n    target: http://%s\n", upAddr))
-	cmd, stderr, base := startBinary(t, cfg, routes, port)
+	cmd, stderr, base := startGateway(t, "  drain_delay: 2s\n  shutdown_timeout: 20s\n", true, "routes:\n"+upstreamRoute("/", upAddr))
 
 	type result struct {
 		status int
@@ -239,7 +215,7 @@ func TestGracefulShutdown(t *testing.T) {
 
 	// After drain_delay the listener closes, while the in-flight request still runs (the
 	// upstream holds it until release).
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	addr := strings.TrimPrefix(base, "http://")
 	deadline = time.Now().Add(10 * time.Second)
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
@@ -263,16 +239,7 @@ func TestGracefulShutdown(t *testing.T) {
 	if r.err != nil || r.status != 200 || r.body != "done" {
 		t.Errorf("in-flight request: %+v", r)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if code := exitCode(err); code != 0 {
-			t.Errorf("exit %d; stderr %s", code, stderr.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("gateway did not exit; stderr %s", stderr.String())
-	}
+	waitExit0(t, exited(cmd), stderr)
 	if !strings.Contains(stderr.String(), `"msg":"request"`) {
 		t.Errorf("no access log line on stderr: %s", stderr.String())
 	}
@@ -282,13 +249,8 @@ func TestGracefulShutdown(t *testing.T) {
 // (SPEC 9): /health keeps answering 503 draining; a second SIGTERM then ends the delay early.
 func TestSignalsDuringDrain(t *testing.T) {
 	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {})
-	port := testnet.FreePort(t)
-	dir := t.TempDir()
-	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 60s\n  shutdown_timeout: 5s\nlog:\n  access: false\n", port))
-	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /\n    target: http://%s\n", upAddr))
-	cmd, stderr, base := startBinary(t, cfg, routes, port)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	cmd, stderr, base := startGateway(t, "  drain_delay: 60s\n  shutdown_timeout: 5s\n", false, "routes:\n"+upstreamRoute("/", upAddr))
+	done := exited(cmd)
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -329,30 +291,16 @@ func TestSignalsDuringDrain(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-done:
-		if code := exitCode(err); code != 0 {
-			t.Errorf("exit %d; stderr %s", code, stderr.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("a second SIGTERM did not end the drain; stderr:\n%s", stderr.String())
-	}
+	waitExit0(t, done, stderr, 20*time.Second) // a second SIGTERM ends the drain
 }
 
 // startBinary starts the gateway binary on cfg and routes, whose server port is port, waits
 // until it answers /health and kills it when the test ends. It returns the process, its stderr
 // and its base URL.
-func startBinary(t *testing.T, cfg, routes string, port int) (*exec.Cmd, *syncBuffer, string) {
+func startBinary(t *testing.T, cfg, routes string, port int) (*exec.Cmd, *testnet.Buffer, string) {
 	t.Helper()
 	cmd := exec.Command(binPath, "-config", cfg, "-routes", routes)
-	stderr := &syncBuffer{}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	waitHealthy(t, base)
+	stderr, base := startCmd(t, cmd, port)
 	return cmd, stderr, base
 }
 
@@ -374,16 +322,7 @@ func waitHealthy(t *testing.T, base string) {
 
 func TestDemoModeServes(t *testing.T) {
 	port := testnet.FreePort(t)
-	cmd := exec.Command(binPath, "-demo")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("TORON_SERVER__PORT=%d", port), "TORON_SERVER__DRAIN_DELAY=0s", "TORON_LOG__ACCESS=false")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	cmd, stdout := startDemo(t, "-demo", fmt.Sprintf("TORON_SERVER__PORT=%d", port))
 	banner := make(chan string, 1)
 	go func() {
 		var b strings.Builder
@@ -395,33 +334,18 @@ func TestDemoModeServes(t *testing.T) {
 	}()
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	waitHealthy(t, base)
-	resp, err := http.Get(base + "/api/users")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(b), `"service":"api"`) {
-		t.Errorf("demo /api: %d %s", resp.StatusCode, b)
+	if code, b := get(t, nil, base+"/api/users"); code != 200 || !strings.Contains(b, `"service":"api"`) {
+		t.Errorf("demo /api: %d %s", code, b)
 	}
 	// The rate-limited demo route: a burst of 3 tokens, then 429s (SPEC 17).
 	var codes []string
 	for range 5 {
-		r, err := http.Get(base + "/api/limited/x")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, r.Body)
-		r.Body.Close()
-		codes = append(codes, fmt.Sprint(r.StatusCode))
+		codes = append(codes, fmt.Sprint(statusOf(t, base+"/api/limited/x")))
 	}
 	if got := strings.Join(codes, " "); !strings.HasPrefix(got, "200 200") || !strings.HasSuffix(got, "429") {
 		t.Errorf("demo /api/limited: %s, want 200s then 429", got)
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); exitCode(err) != 0 {
-		t.Errorf("demo exit: %v", err)
-	}
+	stopBinary(t, cmd, nil)
 	if out := <-banner; !strings.Contains(out, "curl") {
 		t.Errorf("banner has no curl commands: %q", out)
 	}
@@ -438,82 +362,35 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	dir := t.TempDir()
 	serverYAML := fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\nlog:\n  level: info\n  access: false\n", port)
 	cfg := writeFile(t, dir, "config.yaml", serverYAML)
-	route := func(prefix string) string {
-		return fmt.Sprintf("  - type: upstream\n    prefix: %s\n    target: http://%s\n", prefix, upAddr)
-	}
-	routes := writeFile(t, dir, "routes.yaml", "routes:\n"+route("/a"))
+	routes := writeFile(t, dir, "routes.yaml", "routes:\n"+upstreamRoute("/a", upAddr))
 	cmd, stderr, base := startBinary(t, cfg, routes, port)
-	status := func(path string) int {
-		resp, err := http.Get(base + path)
-		if err != nil {
-			t.Fatalf("GET %s: %v", path, err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	if status("/b/x") != 404 {
+	if statusOf(t, base+"/b/x") != 404 {
 		t.Fatal("route /b exists before the reload")
 	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s; stderr:\n%s", what, stderr.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
 
-	writeFile(t, dir, "routes.yaml", "routes:\n"+route("/a")+route("/b"))
+	writeFile(t, dir, "routes.yaml", "routes:\n"+upstreamRoute("/a", upAddr)+upstreamRoute("/b", upAddr))
 	cmd.Process.Signal(syscall.SIGHUP)
-	waitFor("route /b not served after SIGHUP", func() bool { return status("/b/x") == 200 })
+	waitFor(t, stderr, "route /b not served after SIGHUP", func() bool { return statusOf(t, base+"/b/x") == 200 })
 
 	writeFile(t, dir, "routes.yaml", "routes:\n  - type: upstream\n    prefix: nope\n    target: http://x\n")
 	cmd.Process.Signal(syscall.SIGHUP)
-	waitFor("invalid reload not logged", func() bool { return strings.Contains(stderr.String(), "reload refused") })
-	if status("/a/x") != 200 || status("/b/x") != 200 {
+	waitLogged(t, stderr, "reload refused", "invalid reload not logged")
+	if statusOf(t, base+"/a/x") != 200 || statusOf(t, base+"/b/x") != 200 {
 		t.Errorf("old configuration stopped serving after an invalid reload")
 	}
 
-	writeFile(t, dir, "routes.yaml", "routes:\n"+route("/a")+route("/b"))
+	writeFile(t, dir, "routes.yaml", "routes:\n"+upstreamRoute("/a", upAddr)+upstreamRoute("/b", upAddr))
 	writeFile(t, dir, "config.yaml", strings.Replace(serverYAML, fmt.Sprint(port), fmt.Sprint(port+1), 1))
 	cmd.Process.Signal(syscall.SIGHUP)
-	waitFor("port change not refused", func() bool { return strings.Contains(stderr.String(), "server.port") })
+	waitLogged(t, stderr, "server.port", "port change not refused")
 
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_, metrics := get(t, nil, base+"/metrics")
 	for _, want := range []string{"toron_config_reloads_total 1", "toron_config_reload_errors_total 2"} {
-		if !strings.Contains(string(b), want) {
+		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); exitCode(err) != 0 {
-		t.Errorf("exit: %v", err)
-	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's writes and the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	stopBinary(t, cmd, stderr)
 }
 
 // TestReloadLogFormatNamesTheRunningEncoder: log.format applies at the next start, so a reload
@@ -533,13 +410,9 @@ func TestReloadLogFormatNamesTheRunningEncoder(t *testing.T) {
 		t.Helper()
 		writeFile(t, dir, "config.yaml", serverYAML(format))
 		cmd.Process.Signal(syscall.SIGHUP)
-		deadline := time.Now().Add(10 * time.Second)
-		for strings.Count(stderr.String(), "configuration reloaded") < reloads {
-			if time.Now().After(deadline) {
-				t.Fatalf("reload %d not logged; stderr:\n%s", reloads, stderr.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitFor(t, stderr, fmt.Sprintf("reload %d not logged", reloads), func() bool {
+			return strings.Count(stderr.String(), "configuration reloaded") >= reloads
+		})
 	}
 	reloadTo("console", 1)
 	reloadTo("json", 2)
@@ -550,30 +423,16 @@ func TestReloadLogFormatNamesTheRunningEncoder(t *testing.T) {
 	if !strings.Contains(logged, `"running":"json","configured":"console"`) {
 		t.Errorf("the warning does not name the running json encoder; stderr:\n%s", logged)
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); exitCode(err) != 0 {
-		t.Errorf("exit: %v", err)
-	}
+	stopBinary(t, cmd, stderr)
 }
 
 // TestMetricsAreTyped: every family on /metrics carries its # TYPE line before its samples,
 // so that Prometheus ingests counters, gauges and histograms as such rather than untyped.
 func TestMetricsAreTyped(t *testing.T) {
 	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {})
-	port := testnet.FreePort(t)
-	dir := t.TempDir()
-	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\nlog:\n  access: false\n", port))
-	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /a\n    target: http://%s\n", upAddr))
-	cmd, _, base := startBinary(t, cfg, routes, port)
-	if resp, err := http.Get(base + "/a/x"); err == nil {
-		resp.Body.Close()
-	}
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	cmd, stderr, base := startGateway(t, "  drain_delay: 0s\n", false, "routes:\n"+upstreamRoute("/a", upAddr))
+	statusOf(t, base+"/a/x")
+	_, b := get(t, nil, base+"/metrics")
 	want := map[string]string{
 		"toron_requests_total": "counter", "toron_rejected_total": "counter",
 		"toron_route_inflight": "gauge", "toron_route_max_concurrency": "gauge",
@@ -584,7 +443,7 @@ func TestMetricsAreTyped(t *testing.T) {
 		"toron_config_reload_errors_total": "counter",
 	}
 	typed := map[string]string{}
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(b, "\n") {
 		if f, ok := strings.CutPrefix(line, "# TYPE "); ok {
 			name, typ, _ := strings.Cut(f, " ")
 			typed[name] = typ
@@ -608,10 +467,7 @@ func TestMetricsAreTyped(t *testing.T) {
 			t.Errorf("# TYPE %s is %q, want %q", name, typed[name], typ)
 		}
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); exitCode(err) != 0 {
-		t.Errorf("exit: %v", err)
-	}
+	stopBinary(t, cmd, stderr)
 }
 
 // TestConfigValuesThatBrokeAtRunTime: each value of issue 14 that passed -check and then broke
@@ -645,11 +501,10 @@ func TestConfigValuesThatBrokeAtRunTime(t *testing.T) {
 				cmd := exec.Command(binPath, append(args, "-config", cfg, "-routes", routes)...)
 				var stderr bytes.Buffer
 				cmd.Stderr = &stderr
-				done := make(chan error, 1)
 				if err := cmd.Start(); err != nil {
 					t.Fatal(err)
 				}
-				go func() { done <- cmd.Wait() }()
+				done := exited(cmd)
 				select {
 				case err := <-done:
 					if code := exitCode(err); code != 2 {
@@ -691,15 +546,13 @@ func TestCheckWarnsOpenProxyProtocol(t *testing.T) {
 	} {
 		dir := t.TempDir()
 		cfg := writeFile(t, dir, "config.yaml", "server:\n"+tc.server)
-		cmd := exec.Command(binPath, "-check", "-config", cfg, "-routes", writeFile(t, dir, "routes.yaml", routes))
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if code := exitCode(cmd.Run()); code != 0 {
-			t.Fatalf("%q: exit %d, want 0; stderr %s", tc.server, code, stderr.String())
+		code, _, stderr := runBinary(nil, "-check", "-config", cfg, "-routes", writeFile(t, dir, "routes.yaml", routes))
+		if code != 0 {
+			t.Fatalf("%q: exit %d, want 0; stderr %s", tc.server, code, stderr)
 		}
-		got := strings.Contains(stderr.String(), "server.proxy_protocol: enabled with an empty allow")
+		got := strings.Contains(stderr, "server.proxy_protocol: enabled with an empty allow")
 		if got != tc.warns {
-			t.Errorf("%q: warned %v, want %v; stderr %s", tc.server, got, tc.warns, stderr.String())
+			t.Errorf("%q: warned %v, want %v; stderr %s", tc.server, got, tc.warns, stderr)
 		}
 	}
 }
@@ -710,14 +563,14 @@ func TestCheckElevatedBudgetExact(t *testing.T) {
 	dir := t.TempDir()
 	cfg := writeFile(t, dir, "config.yaml", "server:\n  worker_pool_size: 100\n  elevated_share: 0.29\n")
 	routes := writeFile(t, dir, "routes.yaml", "routes:\n  - type: upstream\n    prefix: /api\n    target: http://127.0.0.1:1\n")
-	out, err := exec.Command(binPath, "-check", "-config", cfg, "-routes", routes).Output()
-	if err != nil {
-		t.Fatal(err)
+	code, out, stderr := runBinary(nil, "-check", "-config", cfg, "-routes", routes)
+	if code != 0 {
+		t.Fatalf("exit %d; stderr %s", code, stderr)
 	}
 	var v struct {
 		Budget int `json:"elevated_budget"`
 	}
-	if err := json.Unmarshal(out, &v); err != nil {
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatal(err)
 	}
 	if v.Budget != 29 {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -35,6 +34,25 @@ func trusting(t *testing.T, certFile string) *http.Client {
 	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: true}}
 }
 
+// mkdir makes the directory dir and returns it.
+func mkdir(t *testing.T, dir string) string {
+	t.Helper()
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// selfSignedIn makes the directory dir and writes a new self-signed pair into it (the demo's).
+func selfSignedIn(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	certFile, keyFile, err := demo.WriteSelfSignedCert(mkdir(t, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
 // servedCert returns the CommonName of the certificate that base's /health was served with.
 func servedCert(t *testing.T, c *http.Client, base string) (string, error) {
 	t.Helper()
@@ -49,16 +67,7 @@ func servedCert(t *testing.T, c *http.Client, base string) (string, error) {
 
 func TestDemoTLSServes(t *testing.T) {
 	port, rport := testnet.FreePort(t), testnet.FreePort(t)
-	cmd := exec.Command(binPath, "-demo-tls")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("TORON_SERVER__PORT=%d", port), fmt.Sprintf("TORON_DEMO_REDIRECT_PORT=%d", rport), "TORON_SERVER__DRAIN_DELAY=0s", "TORON_LOG__ACCESS=false")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	cmd, stdout := startDemo(t, "-demo-tls", fmt.Sprintf("TORON_SERVER__PORT=%d", port), fmt.Sprintf("TORON_DEMO_REDIRECT_PORT=%d", rport))
 	certLine := regexp.MustCompile(`curl -s --cacert (\S+) https://127\.0\.0\.1:\d+/api/users`)
 	found := make(chan string, 1)
 	go func() {
@@ -78,18 +87,12 @@ func TestDemoTLSServes(t *testing.T) {
 	}
 	c := trusting(t, certFile)
 	base := fmt.Sprintf("https://127.0.0.1:%d", port)
-	resp, err := c.Get(base + "/api/users")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(b), `"service":"api"`) {
-		t.Errorf("demo over TLS: %d %s", resp.StatusCode, b)
+	if code, b := get(t, c, base+"/api/users"); code != 200 || !strings.Contains(b, `"service":"api"`) {
+		t.Errorf("demo over TLS: %d %s", code, b)
 	}
 	// SPEC 20: the HTTPS redirect listener sends plain http to the TLS port.
 	noFollow := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err = noFollow.Get(fmt.Sprintf("http://127.0.0.1:%d/api/users?x=1", rport))
+	resp, err := noFollow.Get(fmt.Sprintf("http://127.0.0.1:%d/api/users?x=1", rport))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,10 +100,7 @@ func TestDemoTLSServes(t *testing.T) {
 	if want := base + "/api/users?x=1"; resp.StatusCode != 308 || resp.Header.Get("Location") != want {
 		t.Errorf("redirect listener: %d Location %q, want 308 %s", resp.StatusCode, resp.Header.Get("Location"), want)
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); exitCode(err) != 0 {
-		t.Errorf("exit: %v", err)
-	}
+	stopBinary(t, cmd, nil)
 	if _, err := os.Stat(filepath.Dir(certFile)); !os.IsNotExist(err) {
 		t.Errorf("the demo certificate's directory outlives the process: %v", err)
 	}
@@ -112,21 +112,11 @@ func TestCheckTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := filepath.Join(dir, "other")
-	if err := os.Mkdir(other, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	_, otherKey, err := demo.WriteSelfSignedCert(other)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, otherKey := selfSignedIn(t, filepath.Join(dir, "other"))
 	routes := writeFile(t, dir, "routes.yaml", "routes:\n  - {type: upstream, prefix: /, target: \"https://127.0.0.1:9\", tls_insecure_skip_verify: true}\n")
 	check := func(key string) (int, string, string) {
 		cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  tls:\n    certs:\n      - {cert_file: %q, key_file: %q}\n", certFile, key))
-		cmd := exec.Command(binPath, "-check", "-config", cfg, "-routes", routes)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		return exitCode(cmd.Run()), stdout.String(), stderr.String()
+		return runBinary(nil, "-check", "-config", cfg, "-routes", routes)
 	}
 	code, out, errOut := check(keyFile)
 	if code != 0 {
@@ -151,7 +141,7 @@ func TestCheckTLS(t *testing.T) {
 // tlsBinary is a started gateway binary serving TLS with a self-signed pair in certDir.
 type tlsBinary struct {
 	cmd               *exec.Cmd
-	stderr            *syncBuffer
+	stderr            *testnet.Buffer
 	base              string
 	certFile, keyFile string
 	serial            string // the serial of the certificate served first
@@ -169,7 +159,7 @@ func startTLSBinary(t *testing.T, dir, certDir string, args ...string) *tlsBinar
 	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\n  tls:\n    certs:\n      - {cert_file: %q, key_file: %q}\nlog:\n  access: false\n", port, certFile, keyFile))
 	routes := writeFile(t, dir, "routes.yaml", "routes: []\n")
 	cmd := exec.Command(binPath, append(args, "-config", cfg, "-routes", routes)...)
-	b := &tlsBinary{cmd: cmd, stderr: &syncBuffer{}, base: fmt.Sprintf("https://127.0.0.1:%d", port), certFile: certFile, keyFile: keyFile}
+	b := &tlsBinary{cmd: cmd, stderr: &testnet.Buffer{}, base: fmt.Sprintf("https://127.0.0.1:%d", port), certFile: certFile, keyFile: keyFile}
 	cmd.Stderr = b.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -190,13 +180,7 @@ func startTLSBinary(t *testing.T, dir, certDir string, args ...string) *tlsBinar
 // and returns a client that trusts only the new certificate.
 func (b *tlsBinary) replacePair(t *testing.T, dir string) *http.Client {
 	t.Helper()
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	c2, k2, err := demo.WriteSelfSignedCert(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c2, k2 := selfSignedIn(t, dir)
 	second, _ := os.ReadFile(c2)
 	if err := os.Rename(k2, b.keyFile); err != nil {
 		t.Fatal(err)
@@ -231,54 +215,32 @@ func TestTLSReloadOnSIGHUP(t *testing.T) {
 	serial2 := b.waitNewCert(t, withSecond, "after SIGHUP")
 
 	// A mismatched pair: the key of yet another certificate.
-	third := filepath.Join(dir, "third")
-	if err := os.Mkdir(third, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	_, k3, err := demo.WriteSelfSignedCert(third)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, k3 := selfSignedIn(t, filepath.Join(dir, "third"))
 	if err := os.Rename(k3, keyFile); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Process.Signal(syscall.SIGHUP)
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(stderr.String(), "reload refused"); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the mismatched pair was not refused:\n%s", stderr.String())
-		}
-	}
+	waitLogged(t, stderr, "reload refused", "the mismatched pair was not refused")
 	if !strings.Contains(stderr.String(), "do not load as a pair") {
 		t.Errorf("the refusal does not say why:\n%s", stderr.String())
 	}
 	if s, err := servedCert(t, withSecond, base); err != nil || s != serial2 {
 		t.Errorf("after the refused reload: serial %s, %v; want the second pair %s", s, err, serial2)
 	}
-	resp, err := withSecond.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsText, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_, metricsText := get(t, withSecond, base+"/metrics")
 	for _, want := range []string{"toron_config_reloads_total 1", "toron_config_reload_errors_total 1", `toron_tls_cert_expiry_timestamp_seconds{cert="` + certFile + `"}`} {
-		if !strings.Contains(string(metricsText), want) {
+		if !strings.Contains(metricsText, want) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); exitCode(err) != 0 {
-		t.Errorf("exit: %v", err)
-	}
+	stopBinary(t, cmd, stderr)
 }
 
 // TestWatchCertificateChangeReloads: with -watch, a certificate pair replaced in place (its
 // directory is watched, like the config's) is served to new connections without a SIGHUP.
 func TestWatchCertificateChangeReloads(t *testing.T) {
 	dir := t.TempDir()
-	tlsDir := filepath.Join(dir, "tls") // a directory of its own: watched because a cert is in it
-	if err := os.Mkdir(tlsDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	tlsDir := mkdir(t, filepath.Join(dir, "tls")) // a directory of its own: watched because a cert is in it
 	b := startTLSBinary(t, dir, tlsDir, "-watch")
 	withSecond := b.replacePair(t, filepath.Join(dir, "next"))
 	b.waitNewCert(t, withSecond, "after the files changed under -watch")
@@ -291,21 +253,9 @@ func TestWatchCertificateChangeReloads(t *testing.T) {
 // watched before, the reload follows without another edit.
 func TestWatchPicksUpFilesOfARefusedConfig(t *testing.T) {
 	dir := t.TempDir()
-	tlsDir := filepath.Join(dir, "tls")
-	if err := os.Mkdir(tlsDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	b := startTLSBinary(t, dir, tlsDir, "-watch")
-	next, late := filepath.Join(dir, "next"), filepath.Join(dir, "late")
-	for _, d := range []string{next, late} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c2, k2, err := demo.WriteSelfSignedCert(next)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := startTLSBinary(t, dir, mkdir(t, filepath.Join(dir, "tls")), "-watch")
+	next, late := filepath.Join(dir, "next"), mkdir(t, filepath.Join(dir, "late"))
+	c2, k2 := selfSignedIn(t, next)
 	second, _ := os.ReadFile(c2)
 	withSecond := trusting(t, writeFile(t, next, "trust.pem", string(second)))
 	lateCert, lateKey := filepath.Join(late, filepath.Base(c2)), filepath.Join(late, filepath.Base(k2))
@@ -319,11 +269,7 @@ func TestWatchPicksUpFilesOfARefusedConfig(t *testing.T) {
 	if err := os.Rename(writeFile(t, dir, ".config.yaml.new", renamed), cfg); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(b.stderr.String(), "configuration reload refused"); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the configuration naming missing files was not refused:\n%s", b.stderr.String())
-		}
-	}
+	waitLogged(t, b.stderr, "configuration reload refused", "the configuration naming missing files was not refused")
 	// The Secret arrives: the pair appears where the refused configuration said.
 	if err := os.Rename(k2, lateKey); err != nil {
 		t.Fatal(err)

@@ -2,8 +2,6 @@ package main
 
 import (
 	"bufio"
-	"crypto/sha1"
-	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -13,52 +11,23 @@ import (
 	"testing"
 	"time"
 
-	"toron/internal/testnet"
+	"toron/demo"
 )
-
-// startEchoWS is a raw WebSocket upstream: the handshake, then an echo of every byte.
-func startEchoWS(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
-				}
-				sum := sha1.Sum([]byte(req.Header.Get("Sec-WebSocket-Key") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
-				io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "+
-					base64.StdEncoding.EncodeToString(sum[:])+"\r\n\r\n")
-				io.Copy(c, br)
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
 
 // TestSIGTERMWithOpenTunnel: on SIGTERM an open tunnel keeps working through drain_delay, is
 // closed by the end of shutdown_timeout, the process exits 0 and the tunnel's access line is
 // written.
 func TestSIGTERMWithOpenTunnel(t *testing.T) {
-	up := startEchoWS(t)
-	port := testnet.FreePort(t)
-	dir := t.TempDir()
-	cfg := writeFile(t, dir, "config.yaml", fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 1s\n  shutdown_timeout: 2s\nlog:\n  access: true\n", port))
-	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /ws\n    target: http://%s\n    websocket: true\n", up))
-	cmd, stderr, _ := startBinary(t, cfg, routes, port)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := demo.ServeWSEcho(ln, true) // the load test's raw echo: bytes back as they come
+	t.Cleanup(func() { _ = ws.Close() })
+	up := ws.Addr()
+	cmd, stderr, base := startGateway(t, "  drain_delay: 1s\n  shutdown_timeout: 2s\n", true, "routes:\n"+upstreamRoute("/ws", up)+"    websocket: true\n")
 
-	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,16 +74,7 @@ func TestSIGTERMWithOpenTunnel(t *testing.T) {
 	if closedAfter < 900*time.Millisecond || closedAfter > 6*time.Second {
 		t.Errorf("tunnel closed %s after SIGTERM, want between drain_delay and drain_delay + shutdown_timeout", closedAfter)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if code := exitCode(err); code != 0 {
-			t.Errorf("exit %d; stderr %s", code, stderr.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("gateway did not exit; stderr %s", stderr.String())
-	}
+	waitExit0(t, exited(cmd), stderr)
 	if log := stderr.String(); !strings.Contains(log, `"msg":"tunnel"`) || !strings.Contains(log, `"status":101`) {
 		t.Errorf("no tunnel access line:\n%s", log)
 	}

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,23 +22,15 @@ import (
 )
 
 // startWatchingBinary is startBinary with -watch turned on by env (TORON_WATCH=1) or by flag.
-func startWatchingBinary(t *testing.T, cfg, routes string, port int, byEnv bool) (*exec.Cmd, *syncBuffer, string) {
+func startWatchingBinary(t *testing.T, cfg, routes string, port int, byEnv bool) (*exec.Cmd, *testnet.Buffer, string) {
 	t.Helper()
-	args := []string{"-config", cfg, "-routes", routes}
-	cmd := exec.Command(binPath, args...)
+	cmd := exec.Command(binPath, "-config", cfg, "-routes", routes)
 	if byEnv {
 		cmd.Env = append(os.Environ(), "TORON_WATCH=1")
 	} else {
 		cmd.Args = append(cmd.Args, "-watch")
 	}
-	stderr := &syncBuffer{}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	waitHealthy(t, base)
+	stderr, base := startCmd(t, cmd, port)
 	return cmd, stderr, base
 }
 
@@ -111,31 +102,13 @@ func TestWatchKubeletSwapReloadsBinary(t *testing.T) {
 	})
 	port := testnet.FreePort(t)
 	serverYAML := fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\nlog:\n  access: false\n", port)
-	route := func(prefix string) string {
-		return fmt.Sprintf("  - type: upstream\n    prefix: %s\n    target: http://%s\n", prefix, upAddr)
-	}
+	route := func(prefix string) string { return upstreamRoute(prefix, upAddr) }
 	k := &kubeVolume{dir: t.TempDir()}
 	k.publish(t, map[string]string{"config.yaml": serverYAML, "routes.yaml": "routes:\n" + route("/a")})
 	cmd, stderr, base := startWatchingBinary(t, filepath.Join(k.dir, "config.yaml"), filepath.Join(k.dir, "routes.yaml"), port, true)
 
-	status := func(path string) int {
-		resp, err := http.Get(base + path)
-		if err != nil {
-			t.Fatalf("GET %s: %v", path, err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s; stderr:\n%s", what, stderr.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	status := func(path string) int { return statusOf(t, base+path) }
+	waitFor := func(what string, cond func() bool) { t.Helper(); waitFor(t, stderr, what, cond) }
 	if status("/b/x") != 404 {
 		t.Fatal("route /b exists before the update")
 	}
@@ -162,10 +135,7 @@ func TestWatchKubeletSwapReloadsBinary(t *testing.T) {
 	if got := metricValue(t, base, "toron_config_reload_errors_total"); got != "1" {
 		t.Errorf("toron_config_reload_errors_total %q, want 1", got)
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); exitCode(err) != 0 {
-		t.Errorf("exit: %v; stderr:\n%s", err, stderr.String())
-	}
+	stopBinary(t, cmd, stderr)
 }
 
 // TestWatchRenameOverReloadsBinary: with -watch, plain files replaced by a rename reload the
@@ -191,20 +161,7 @@ func TestWatchRenameOverReloadsBinary(t *testing.T) {
 
 	renameOver("config.yaml", cfgYAML) // same bytes: no reload
 	renameOver("routes.yaml", routesYAML("/z"))
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := http.Get(base + "/z/x")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("route /z not served after the rename; stderr:\n%s", stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitFor(t, stderr, "route /z not served after the rename", func() bool { return statusOf(t, base+"/z/x") == 200 })
 	time.Sleep(1500 * time.Millisecond) // any second reload would have happened by now
 	if got := metricValue(t, base, "toron_config_reloads_total"); got != "1" {
 		t.Errorf("toron_config_reloads_total %q, want 1 (the same-content rewrite is no reload)", got)
@@ -212,37 +169,26 @@ func TestWatchRenameOverReloadsBinary(t *testing.T) {
 	if !strings.Contains(stderr.String(), `"files":["`+routes+`"]`) {
 		t.Errorf("the reload does not log the changed file alone; stderr:\n%s", stderr.String())
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); exitCode(err) != 0 {
-		t.Errorf("exit: %v", err)
-	}
+	stopBinary(t, cmd, stderr)
 }
 
 // TestWatchEnvInvalidExits2: TORON_WATCH takes true or 1 (false, 0); a typo is a one-line
 // mistake, exit 2, not silently off.
 func TestWatchEnvInvalidExits2(t *testing.T) {
-	cmd := exec.Command(binPath, "-check")
-	cmd.Env = append(os.Environ(), "TORON_WATCH=yes please")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if code := exitCode(cmd.Run()); code != 2 {
-		t.Fatalf("exit %d, want 2; stderr %s", code, stderr.String())
+	code, _, out := runBinary([]string{"TORON_WATCH=yes please"}, "-check")
+	if code != 2 {
+		t.Fatalf("exit %d, want 2; stderr %s", code, out)
 	}
-	if out := stderr.String(); strings.Count(out, "\n") != 1 || !strings.Contains(out, "TORON_WATCH") {
+	if strings.Count(out, "\n") != 1 || !strings.Contains(out, "TORON_WATCH") {
 		t.Errorf("want one line naming TORON_WATCH, got %q", out)
 	}
 }
 
-// TestWatchThirdFileReloads: a watched file that is neither the config nor the routes (a
-// stand-in for the certificate files main will list) changing leads, through the watcher and
-// reloadOnChange (main's select case), to a reload of a real gateway, counted as SIGHUP's.
-func TestWatchThirdFileReloads(t *testing.T) {
-	dir, certDir := t.TempDir(), t.TempDir()
-	o := options{
-		config: writeFile(t, dir, "config.yaml", "server:\n  host: 127.0.0.1\n  port: 1\nlog:\n  access: false\n"),
-		routes: writeFile(t, dir, "routes.yaml", "routes:\n  - type: upstream\n    prefix: /a\n    target: http://127.0.0.1:1\n"),
-	}
-	cert := writeFile(t, certDir, "tls.crt", "certificate 1\n")
+// reloadOnRename builds a gateway from o, watches its files (watchedFiles) and extra, moves
+// content over file by a rename and hands the one reported change to reloadOnChange, as main's
+// select case does; it returns the gateway's metrics after the reload.
+func reloadOnRename(t *testing.T, o options, extra []string, file, content string) string {
+	t.Helper()
 	load := func() (*conf.Config, error) { return conf.Load(o.config, o.routes, nil) }
 	cfg, err := load()
 	if err != nil {
@@ -252,29 +198,42 @@ func TestWatchThirdFileReloads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := conf.NewWatcher(append(watchedFiles(o, cfg), cert), func(err error) { t.Errorf("watch: %v", err) })
+	w, err := conf.NewWatcher(append(watchedFiles(o, cfg), extra...), func(err error) { t.Errorf("watch: %v", err) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-
-	tmp := writeFile(t, certDir, ".tls.crt.new", "certificate 2\n")
-	if err := os.Rename(tmp, cert); err != nil {
+	tmp := writeFile(t, filepath.Dir(file), "."+filepath.Base(file)+".new", content)
+	if err := os.Rename(tmp, file); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case files := <-w.Changes():
-		if len(files) != 1 || files[0] != cert {
-			t.Fatalf("changed %v, want [%s]", files, cert)
+		if len(files) != 1 || files[0] != file {
+			t.Fatalf("changed %v, want [%s]", files, file)
 		}
 		reloadOnChange(files, w, o, g, load, zap.NewNop(), zap.NewAtomicLevel(), "json")
 	case <-time.After(5 * time.Second):
-		t.Fatal("the certificate change was not reported")
+		t.Fatalf("the change of %s was not reported", file)
 	}
 	var b bytes.Buffer
 	g.Metrics().WritePrometheus(&b)
+	return b.String()
+}
+
+// TestWatchThirdFileReloads: a watched file that is neither the config nor the routes (a
+// stand-in for the certificate files main will list) changing leads, through the watcher and
+// reloadOnChange (main's select case), to a reload of a real gateway, counted as SIGHUP's.
+func TestWatchThirdFileReloads(t *testing.T) {
+	dir, certDir := t.TempDir(), t.TempDir()
+	o := options{
+		config: writeFile(t, dir, "config.yaml", "server:\n  host: 127.0.0.1\n  port: 1\nlog:\n  access: false\n"),
+		routes: writeFile(t, dir, "routes.yaml", "routes:\n"+upstreamRoute("/a", "127.0.0.1:1")),
+	}
+	cert := writeFile(t, certDir, "tls.crt", "certificate 1\n")
+	metrics := reloadOnRename(t, o, []string{cert}, cert, "certificate 2\n")
 	for _, want := range []string{"toron_config_reloads_total 1\n", "toron_config_reload_errors_total 0\n"} {
-		if !strings.Contains(b.String(), want) {
+		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
@@ -288,41 +247,17 @@ func TestWatchUsersFileReloads(t *testing.T) {
 	users := writeFile(t, authDir, "users.htpasswd", line)
 	o := options{
 		config: writeFile(t, dir, "config.yaml", "server:\n  host: 127.0.0.1\n  port: 1\nlog:\n  access: false\n"),
-		routes: writeFile(t, dir, "routes.yaml", "routes:\n  - type: upstream\n    prefix: /a\n    target: http://127.0.0.1:1\n    auth: {basic: {users_file: \""+users+"\"}}\n"),
+		routes: writeFile(t, dir, "routes.yaml", "routes:\n"+upstreamRoute("/a", "127.0.0.1:1")+"    auth: {basic: {users_file: \""+users+"\"}}\n"),
 	}
-	load := func() (*conf.Config, error) { return conf.Load(o.config, o.routes, nil) }
-	cfg, err := load()
+	cfg, err := conf.Load(o.config, o.routes, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if files := watchedFiles(o, cfg); !slices.Contains(files, users) {
 		t.Fatalf("watched %v, want the users file too", files)
 	}
-	g, err := gateway.New(cfg, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := conf.NewWatcher(watchedFiles(o, cfg), func(err error) { t.Errorf("watch: %v", err) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	tmp := writeFile(t, authDir, ".users.new", line+"other:$2a$10$jg/bnlbmcXdL6pyibpgETuY8f07GDz78V9OQLcMfECNyzfdKeTSZ.\n")
-	if err := os.Rename(tmp, users); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case files := <-w.Changes():
-		if len(files) != 1 || files[0] != users {
-			t.Fatalf("changed %v, want [%s]", files, users)
-		}
-		reloadOnChange(files, w, o, g, load, zap.NewNop(), zap.NewAtomicLevel(), "json")
-	case <-time.After(5 * time.Second):
-		t.Fatal("the users file change was not reported")
-	}
-	var b bytes.Buffer
-	g.Metrics().WritePrometheus(&b)
-	if !strings.Contains(b.String(), "toron_config_reloads_total 1\n") {
+	metrics := reloadOnRename(t, o, nil, users, line+"other:$2a$10$jg/bnlbmcXdL6pyibpgETuY8f07GDz78V9OQLcMfECNyzfdKeTSZ.\n")
+	if !strings.Contains(metrics, "toron_config_reloads_total 1\n") {
 		t.Error("no reload counted")
 	}
 }

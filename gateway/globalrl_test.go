@@ -1,66 +1,16 @@
 package gateway
 
 import (
-	"bytes"
 	"net"
-	"os"
-	"os/exec"
-	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
+	"toron/internal/redistest"
 	"toron/internal/testnet"
 )
 
 // The gateway's side of scope: global (SPEC 17) against a real redis-server on a loopback port
 // (limits/global_test.go tests the limiter itself: cluster, TLS, failures, floods).
-
-// startTestRedis starts a redis-server without persistence on a free loopback port and stops
-// it by PID when the test ends. It skips when redis-server is missing outside CI.
-func startTestRedis(t *testing.T) string {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("redis-server is not installed (make test installs it: scripts/need-redis.sh)")
-		}
-		t.Skip("redis-server is not installed: run `make test` or apt-get install redis-server")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	var out bytes.Buffer
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
-		"--appendonly", "no", "--daemonize", "no", "--dir", t.TempDir())
-	cmd.Stdout = &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		_ = cmd.Wait()
-	})
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	if !testnet.WaitUntil(10*time.Second, func() bool {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err != nil {
-			return false
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(time.Second))
-		_, _ = c.Write([]byte("PING\r\n"))
-		buf := make([]byte, 7)
-		n, _ := c.Read(buf)
-		return string(buf[:n]) == "+PONG\r\n"
-	}) {
-		t.Fatalf("redis-server on %s does not answer within 10s", addr)
-	}
-	return addr
-}
 
 // waitRedisUp waits until the gateway's client of server.redis is connected.
 func waitRedisUp(t *testing.T, g *Gateway) {
@@ -76,7 +26,7 @@ func waitRedisUp(t *testing.T, g *Gateway) {
 }
 
 func TestGlobalRateLimitAcrossGateways(t *testing.T) {
-	addr := startTestRedis(t)
+	addr := redistest.Start(t).Addr
 	up := startUpstream(t, nil)
 	server := "redis: {addrs: [\"" + addr + "\"], timeout: 1s}\n"
 	route := upstreamRoute("/api", up.addr, "rate_limit: {requests_per_second: 0.5, burst: 3, scope: global, on_error: deny}")
@@ -157,7 +107,7 @@ func TestGlobalRateLimitRedisDown(t *testing.T) {
 // TestGlobalRateLimitReload: a reload that keeps server.redis keeps the client; one that
 // changes it builds a new client and closes the old one; one that removes it closes it.
 func TestGlobalRateLimitReload(t *testing.T) {
-	addr := startTestRedis(t)
+	addr := redistest.Start(t).Addr
 	up := startUpstream(t, nil)
 	route := upstreamRoute("/api", up.addr, "rate_limit: {requests_per_second: 5, scope: global}")
 	server := "redis: {addrs: [\"" + addr + "\"]}\n"

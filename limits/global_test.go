@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"toron/internal/redistest"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/redis/rueidis"
@@ -49,8 +50,8 @@ func newInstance(t *testing.T, o RedisOptions, route string, rate, burst float64
 }
 
 func TestGlobalKeyLayoutAndExpiry(t *testing.T) {
-	s := startRedis(t)
-	in := newInstance(t, RedisOptions{Addrs: []string{s.addr}, Timeout: time.Second}, "/api", 2, 3, OnErrorDeny)
+	s := redistest.Start(t)
+	in := newInstance(t, RedisOptions{Addrs: []string{s.Addr}, Timeout: time.Second}, "/api", 2, 3, OnErrorDeny)
 	a := netip.MustParseAddr("192.0.2.7")
 	for i := 0; i < 3; i++ {
 		if ok, _ := in.g.AllowIP(a, time.Now()); !ok {
@@ -65,7 +66,7 @@ func TestGlobalKeyLayoutAndExpiry(t *testing.T) {
 		t.Fatalf("up=%v errors=%d after answered decisions", in.r.Up(), in.errors.Get())
 	}
 
-	c := inspect(t, rueidis.ClientOption{InitAddress: []string{s.addr}})
+	c := inspect(t, rueidis.ClientOption{InitAddress: []string{s.Addr}})
 	ctx := context.Background()
 	keys, err := c.Do(ctx, c.B().Keys().Pattern("*").Build()).AsStrSlice()
 	if err != nil {
@@ -118,51 +119,19 @@ func TestGlobalKeyLayoutAndExpiry(t *testing.T) {
 // processes) share one Redis; over T seconds one key is admitted at most R·T + B times in
 // total and at least 99% of it, whichever instance each request reached.
 func TestGlobalSharedAcrossInstances(t *testing.T) {
-	s := startRedis(t)
+	s := redistest.Start(t)
 	const rate, burst = 100.0, 20.0
 	var ins []*instance
 	for i := 0; i < 3; i++ {
-		ins = append(ins, newInstance(t, RedisOptions{Addrs: []string{s.addr}, Timeout: time.Second}, "/shared", rate, burst, OnErrorDeny))
+		ins = append(ins, newInstance(t, RedisOptions{Addrs: []string{s.Addr}, Timeout: time.Second}, "/shared", rate, burst, OnErrorDeny))
 	}
 	a := netip.MustParseAddr("198.51.100.1")
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	start := time.Now()
+	var calls []func() (bool, error)
 	for _, in := range ins {
-		for j := 0; j < 2; j++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if ok, _ := in.g.AllowIP(a, time.Now()); ok {
-						admitted.Add(1)
-					}
-					time.Sleep(time.Millisecond)
-				}
-			}()
-		}
+		calls = append(calls, func() (bool, error) { ok, _ := in.g.AllowIP(a, time.Now()); return ok, nil })
 	}
-	time.Sleep(2 * time.Second)
-	stopped := time.Since(start).Seconds()
-	close(stop)
-	wg.Wait()
-	T := time.Since(start).Seconds()
-	got := float64(admitted.Load())
-	// Every admitted decision lies within [start, T]; the lower bound counts only the window
-	// before the stop, less 100 ms for the first round trip and a busy machine's scheduling
-	// (10 tokens at R = 100).
-	upper := rate*T + burst
-	lower := 0.99 * (rate*(stopped-0.1) + burst)
-	t.Logf("admitted %v over %.3fs: bound R·T+B = %.1f", got, T, upper)
-	if got > upper || got < lower {
-		t.Fatalf("admitted %v over %.3fs, want within [%.1f, %.1f]", got, T, lower, upper)
-	}
+	stopped, total, admitted, _ := redistest.Drive(calls, 2*time.Second, time.Millisecond)
+	redistest.CheckAdmitted(t, admitted, rate, burst, stopped, total)
 	for i, in := range ins {
 		if in.errors.Get() != 0 || !in.r.Up() {
 			t.Fatalf("instance %d: %d backend errors, up=%v", i, in.errors.Get(), in.r.Up())
@@ -174,10 +143,10 @@ func TestGlobalSharedAcrossInstances(t *testing.T) {
 // a single node (the cluster is found from it). Keys of two routes land in their routes' slots
 // and each key's budget is shared.
 func TestGlobalCluster(t *testing.T) {
-	cl := startRedisCluster(t, 3)
+	cl := redistest.StartCluster(t, 3)
 	const burst = 3
 	var ins []*instance
-	for _, addrs := range [][]string{cl.addrs(), {cl.nodes[1].addr}} {
+	for _, addrs := range [][]string{cl.Addrs(), {cl.Nodes[1].Addr}} {
 		for _, route := range []string{"/a", "/b"} {
 			ins = append(ins, newInstance(t, RedisOptions{Addrs: addrs, Timeout: time.Second}, route, 0.001, burst, OnErrorDeny))
 		}
@@ -204,7 +173,7 @@ func TestGlobalCluster(t *testing.T) {
 		}
 	}
 	// Each route's 20 keys sit together on one node, the one serving its hash tag's slot.
-	c := inspect(t, rueidis.ClientOption{InitAddress: cl.addrs()})
+	c := inspect(t, rueidis.ClientOption{InitAddress: cl.Addrs()})
 	ctx := context.Background()
 	for _, route := range []string{"/a", "/b"} {
 		var where []string
@@ -225,17 +194,17 @@ func TestGlobalCluster(t *testing.T) {
 
 func TestGlobalAuthTLSAndDB(t *testing.T) {
 	t.Run("password", func(t *testing.T) {
-		s := startRedis(t, "--requirepass", "s3cret")
-		in := newInstance(t, RedisOptions{Addrs: []string{s.addr}, Password: "s3cret", DB: 3, Timeout: time.Second}, "/p", 1, 1, OnErrorDeny)
+		s := redistest.Start(t, "--requirepass", "s3cret")
+		in := newInstance(t, RedisOptions{Addrs: []string{s.Addr}, Password: "s3cret", DB: 3, Timeout: time.Second}, "/p", 1, 1, OnErrorDeny)
 		if ok, _ := in.g.AllowIP(netip.MustParseAddr("192.0.2.1"), time.Now()); !ok || in.errors.Get() != 0 {
 			t.Fatalf("ok=%v errors=%d", ok, in.errors.Get())
 		}
-		c := inspect(t, rueidis.ClientOption{InitAddress: []string{s.addr}, Password: "s3cret", SelectDB: 3})
+		c := inspect(t, rueidis.ClientOption{InitAddress: []string{s.Addr}, Password: "s3cret", SelectDB: 3})
 		if n, err := c.Do(context.Background(), c.B().Dbsize().Build()).AsInt64(); err != nil || n != 1 {
 			t.Fatalf("db 3 holds %d keys (%v), want 1", n, err)
 		}
 		// A wrong password never connects: every decision follows on_error.
-		r, err := NewRedis(RedisOptions{Addrs: []string{s.addr}, Password: "wrong", Timeout: 50 * time.Millisecond})
+		r, err := NewRedis(RedisOptions{Addrs: []string{s.Addr}, Password: "wrong", Timeout: 50 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -247,15 +216,15 @@ func TestGlobalAuthTLSAndDB(t *testing.T) {
 		}
 	})
 	t.Run("acl-user", func(t *testing.T) {
-		s := startRedis(t, "--user", "toron", "on", ">pw", "~toron:*", "+@all", "--user", "default", "off")
-		in := newInstance(t, RedisOptions{Addrs: []string{s.addr}, Username: "toron", Password: "pw", Timeout: time.Second}, "/u", 1, 1, OnErrorDeny)
+		s := redistest.Start(t, "--user", "toron", "on", ">pw", "~toron:*", "+@all", "--user", "default", "off")
+		in := newInstance(t, RedisOptions{Addrs: []string{s.Addr}, Username: "toron", Password: "pw", Timeout: time.Second}, "/u", 1, 1, OnErrorDeny)
 		if ok, _ := in.g.AllowIP(netip.MustParseAddr("192.0.2.1"), time.Now()); !ok || in.errors.Get() != 0 {
 			t.Fatalf("ok=%v errors=%d", ok, in.errors.Get())
 		}
 	})
 	t.Run("tls", func(t *testing.T) {
-		s := startRedisTLS(t)
-		in := newInstance(t, RedisOptions{Addrs: []string{s.addr}, TLS: s.client, Timeout: time.Second}, "/t", 1, 1, OnErrorDeny)
+		s := redistest.StartTLS(t)
+		in := newInstance(t, RedisOptions{Addrs: []string{s.Addr}, TLS: s.TLS, Timeout: time.Second}, "/t", 1, 1, OnErrorDeny)
 		a := netip.MustParseAddr("192.0.2.1")
 		if ok, _ := in.g.AllowIP(a, time.Now()); !ok {
 			t.Fatalf("first decision over TLS refused (errors %d)", in.errors.Get())
@@ -277,15 +246,15 @@ func TestGlobalRedisKilled(t *testing.T) {
 		m    OnError
 	}{{"local", OnErrorLocal}, {"allow", OnErrorAllow}, {"deny", OnErrorDeny}} {
 		t.Run(mode.name, func(t *testing.T) {
-			s := startRedis(t)
-			in := newInstance(t, RedisOptions{Addrs: []string{s.addr}, Timeout: timeout}, "/k", 1000, 1000, mode.m)
+			s := redistest.Start(t)
+			in := newInstance(t, RedisOptions{Addrs: []string{s.Addr}, Timeout: timeout}, "/k", 1000, 1000, mode.m)
 			// The local fallback is tighter, so that its verdicts can be told apart.
 			in.g.local.SetRate(0.001, 2)
 			a := netip.MustParseAddr("203.0.113.9")
 			if ok, _ := in.g.AllowIP(a, time.Now()); !ok || !in.r.Up() {
 				t.Fatal("decision before the kill refused")
 			}
-			s.stop()
+			s.Stop()
 			var allowed int
 			var slowest time.Duration
 			for i := 0; i < 20; i++ {
@@ -310,7 +279,7 @@ func TestGlobalRedisKilled(t *testing.T) {
 					up, n, fails, redisBreakerFailures)
 			}
 
-			s.restart()
+			s.Restart()
 			back := time.Now()
 			b := netip.MustParseAddr("203.0.113.10")
 			for {
@@ -340,7 +309,7 @@ func TestGlobalRedisKilled(t *testing.T) {
 func TestGlobalSilentRedis(t *testing.T) {
 	const timeout = 30 * time.Millisecond
 	s := startSilentRedis(t)
-	r, err := NewRedis(RedisOptions{Addrs: []string{s.addr}, Timeout: timeout})
+	r, err := NewRedis(RedisOptions{Addrs: []string{s.Addr}, Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,8 +342,8 @@ func TestGlobalSilentRedis(t *testing.T) {
 // every decision is the local fallback's, bounded at DefaultRateLimitKeys buckets; while it is
 // up, the process keeps nothing per key at all.
 func TestGlobalKeyFlood(t *testing.T) {
-	s := startRedis(t)
-	in := newInstance(t, RedisOptions{Addrs: []string{s.addr}, Timeout: time.Second}, "/flood", 1, 1, OnErrorLocal)
+	s := redistest.Start(t)
+	in := newInstance(t, RedisOptions{Addrs: []string{s.Addr}, Timeout: time.Second}, "/flood", 1, 1, OnErrorLocal)
 	heap := func() uint64 {
 		runtime.GC()
 		var ms runtime.MemStats
@@ -393,7 +362,7 @@ func TestGlobalKeyFlood(t *testing.T) {
 	if in.errors.Get() != 0 {
 		t.Fatalf("%d backend errors with redis up", in.errors.Get())
 	}
-	s.stop()
+	s.Stop()
 	// Down: the first 200,000 keys fill the fallback's table, the next 800,000 change nothing.
 	now := time.Now()
 	for i := 0; i < 200_000; i++ {
@@ -422,18 +391,18 @@ func TestGlobalKeyFlood(t *testing.T) {
 // skips Redis, and once it runs again (SIGCONT) decisions come from it within about a second.
 func TestGlobalFrozenRedis(t *testing.T) {
 	const timeout = 30 * time.Millisecond
-	s := startRedis(t)
-	in := newInstance(t, RedisOptions{Addrs: []string{s.addr}, Timeout: timeout}, "/f", 1000, 1000, OnErrorDeny)
+	s := redistest.Start(t)
+	in := newInstance(t, RedisOptions{Addrs: []string{s.Addr}, Timeout: timeout}, "/f", 1000, 1000, OnErrorDeny)
 	a := netip.MustParseAddr("192.0.2.50")
 	// Before the freeze, one decision from Redis (a busy machine may miss the first timeout).
 	if !waitFor(5*time.Second, func() bool { ok, _ := in.g.AllowIP(a, time.Now()); return ok && in.r.Up() }) {
 		t.Fatal("no decision from redis before the freeze")
 	}
 	errsBefore := in.errors.Get()
-	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := s.Process().Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	defer s.cmd.Process.Signal(syscall.SIGCONT)
+	defer s.Process().Signal(syscall.SIGCONT)
 	// 16 concurrent callers, as requests of many connections would be.
 	var wg sync.WaitGroup
 	var slowest atomic.Int64
@@ -467,7 +436,7 @@ func TestGlobalFrozenRedis(t *testing.T) {
 	if admitted.Load() != 0 || in.errors.Get()-errsBefore != 160 || in.r.Up() {
 		t.Fatalf("admitted %d, errors %d, up %v: want the deny verdict 160 times and redis down", admitted.Load(), in.errors.Get()-errsBefore, in.r.Up())
 	}
-	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := s.Process().Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	back := time.Now()

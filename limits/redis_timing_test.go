@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"toron/internal/redistest"
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
@@ -26,9 +27,9 @@ type redisStats struct {
 	cpu             float64 // seconds, user + sys
 }
 
-func sampleRedis(tb testing.TB, s *redisServer) redisStats {
+func sampleRedis(tb testing.TB, s *redistest.Server) redisStats {
 	tb.Helper()
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.addr}, DisableCache: true, ForceSingleClient: true})
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, DisableCache: true, ForceSingleClient: true})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func sampleRedis(tb testing.TB, s *redisServer) redisStats {
 		}
 	}
 	// Read syscalls of redis-server: one per batch of commands that arrived together.
-	io, err := os.ReadFile("/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/io")
+	io, err := os.ReadFile("/proc/" + strconv.Itoa(s.Process().Pid) + "/io")
 	if err == nil {
 		for _, line := range strings.Split(string(io), "\n") {
 			if v, ok := strings.CutPrefix(line, "syscr: "); ok {
@@ -75,7 +76,7 @@ func selfCPU() time.Duration {
 }
 
 // runDecisions runs b.N decisions from 64 goroutines and reports the figures.
-func runDecisions(b *testing.B, s *redisServer, decide func(i int64) error) {
+func runDecisions(b *testing.B, s *redistest.Server, decide func(i int64) error) {
 	b.ReportAllocs()
 	b.SetParallelism(max(1, 64/runtimeProcs()))
 	var seq atomic.Int64
@@ -104,12 +105,12 @@ func runDecisions(b *testing.B, s *redisServer, decide func(i int64) error) {
 }
 
 func BenchmarkRedisClient(b *testing.B) {
-	s := startRedis(b)
+	s := redistest.Start(b)
 	args := []string{"1000", "1000000"} // 1000/s, burst 1001: every decision writes
 	keyOf := func(i int64) string { return "toron:rl:{bench}:" + strconv.FormatInt(i%1024, 16) }
 
 	b.Run("rueidis", func(b *testing.B) {
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.addr}, DisableCache: true,
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, DisableCache: true,
 			DisableRetry: true, ReadBufferEachConn: redisConnBuffer, WriteBufferEachConn: redisConnBuffer})
 		if err != nil {
 			b.Fatal(err)
@@ -122,7 +123,7 @@ func BenchmarkRedisClient(b *testing.B) {
 		})
 	})
 	b.Run("go-redis", func(b *testing.B) {
-		c := goredis.NewClient(&goredis.Options{Addr: s.addr})
+		c := goredis.NewClient(&goredis.Options{Addr: s.Addr})
 		defer c.Close()
 		script := goredis.NewScript(gcraScript)
 		runDecisions(b, s, func(i int64) error {
@@ -137,8 +138,8 @@ func BenchmarkRedisClient(b *testing.B) {
 // verdict) under 64 concurrent callers, against BenchmarkLocalLimiter64, the same through the
 // per-instance limiter.
 func BenchmarkGlobalLimiter(b *testing.B) {
-	s := startRedis(b)
-	r := newTestRedis(b, RedisOptions{Addrs: []string{s.addr}, Timeout: time.Second})
+	s := redistest.Start(b)
+	r := newTestRedis(b, RedisOptions{Addrs: []string{s.Addr}, Timeout: time.Second})
 	g := NewGlobalLimiter(r, 1e6, 1e6, GlobalOptions{Route: "bench", Local: NewRateLimiter(1e6, 1e6, 0)})
 	now := time.Now()
 	runDecisions(b, s, func(i int64) error {
