@@ -34,44 +34,18 @@ func BenchmarkClientIdentitySmallGET(b *testing.B) {
 		{name: "proxyprotocol", server: "proxy_protocol: {enabled: true}\n", header: proxyHeader},
 	} {
 		b.Run(v.name, func(b *testing.B) {
-			up := startFastUpstream(b)
-			gw := startGatewayB(b, v.server, upstreamRoute("/api", up, v.route), false)
+			gw := startFastGatewayB(b, v.server, "/api", v.route)
 			hc := &fasthttp.HostClient{Addr: gw.addr, MaxConns: 1}
 			if v.header != nil {
 				// A balancer's keep-alive connection: the header once, then requests.
-				hc.Dial = func(addr string) (net.Conn, error) {
-					c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-					if err != nil {
-						return nil, err
-					}
-					if _, err := c.Write(v.header); err != nil {
-						c.Close()
-						return nil, err
-					}
-					return c, nil
-				}
+				hc.Dial = dialWithHeader(v.header)
 			}
-			defer hc.CloseIdleConnections()
-			req := fasthttp.AcquireRequest()
-			resp := fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(resp)
-			req.SetRequestURI("http://" + gw.addr + "/api/users")
+			var headers []string
 			if v.xff != "" {
-				req.Header.Set("X-Forwarded-For", v.xff)
+				headers = []string{"X-Forwarded-For", v.xff}
 			}
-			b.ReportAllocs()
 			cpu0 := processCPU()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if err := hc.Do(req, resp); err != nil {
-					b.Fatal(err)
-				}
-				if resp.StatusCode() != 200 {
-					b.Fatalf("status %d", resp.StatusCode())
-				}
-			}
-			b.StopTimer()
+			benchmarkGET(b, hc, 200, headers...)
 			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
@@ -89,16 +63,14 @@ func processCPU() int64 {
 // BenchmarkProxySmallGETNewConnProxyProtocol: the PROXY header's per-connection cost, beside
 // BenchmarkProxySmallGETNewConn.
 func BenchmarkProxySmallGETNewConnProxyProtocol(b *testing.B) {
-	up := startFastUpstream(b)
-	gw := startGatewayB(b, "proxy_protocol: {enabled: true}\n", upstreamRoute("/api", up, ""), false)
+	gw := startFastGatewayB(b, "proxy_protocol: {enabled: true}\n", "/api", "")
 	benchmarkRaw(b, gw.addr, "PROXY TCP4 203.0.113.7 10.0.0.1 56324 8080\r\nGET /api/users HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 200)
 }
 
 // BenchmarkRateLimitReject is the 429 on a keep-alive connection (a client over its limit),
 // beside BenchmarkBulkheadRejectKeepAlive.
 func BenchmarkRateLimitReject(b *testing.B) {
-	up := startFastUpstream(b)
-	gw := startGatewayB(b, "", upstreamRoute("/api", up, "rate_limit: {requests_per_second: 0.001}"), false)
+	gw := startFastGatewayB(b, "", "/api", "rate_limit: {requests_per_second: 0.001}")
 	// Spend the client's only token.
 	gw.g.snap.Load().routes[0].rl.lim.Allow(limits.IPKey(netip.MustParseAddr("127.0.0.1")), time.Now())
 	benchmarkSmallGET(b, gw.addr, 429)
@@ -172,22 +144,28 @@ func measurePaired(b *testing.B, send []func() time.Duration) {
 func pairedClient(b *testing.B, addr, xff string, header []byte) func() time.Duration {
 	hc := &fasthttp.HostClient{Addr: addr, MaxConns: 1}
 	if header != nil {
-		hc.Dial = func(addr string) (net.Conn, error) {
-			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-			if err != nil {
-				return nil, err
-			}
-			if _, err := c.Write(header); err != nil {
-				c.Close()
-				return nil, err
-			}
-			return c, nil
-		}
+		hc.Dial = dialWithHeader(header)
 	}
 	if xff != "" {
 		return timedGET(b, hc, "X-Forwarded-For", xff)
 	}
 	return timedGET(b, hc)
+}
+
+// dialWithHeader is a HostClient's Dial that writes header (a PROXY protocol header) first on
+// each new connection.
+func dialWithHeader(header []byte) fasthttp.DialFunc {
+	return func(addr string) (net.Conn, error) {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := c.Write(header); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
+	}
 }
 
 // timedGET returns a function sending GET /api/users through hc with the header pairs

@@ -2,13 +2,13 @@ package gateway
 
 import (
 	"bytes"
-	"net"
 	"net/netip"
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
 	"toron/conf"
+	listen "toron/listener"
 )
 
 // The client's identity (SPEC 16).
@@ -48,7 +48,7 @@ func (s trustedSet) contains(a netip.Addr) bool {
 // resolveClientIP sets the peer, the client IP and how the peer's forwarded headers are
 // treated (SPEC 16). h has passed validateHeaders.
 func (x *exchange) resolveClientIP(h *fasthttp.RequestHeader) {
-	x.peer = addrOf(x.ctx().RemoteAddr())
+	x.peer = listen.AddrIP(x.ctx().RemoteAddr())
 	x.clientIP = x.peer
 	x.untrustedPeer, x.trustedPeer = false, false
 	ts := x.snap.trusted
@@ -150,26 +150,13 @@ func trimOWS(b []byte) []byte {
 	return b
 }
 
-// addrOf returns the IP address of a connection's address, IPv4-mapped addresses unmapped,
-// without allocating for TCP.
-func addrOf(a net.Addr) netip.Addr {
-	if t, ok := a.(*net.TCPAddr); ok {
-		ip, _ := netip.AddrFromSlice(t.IP)
-		return ip.Unmap()
-	}
-	if ap, err := netip.ParseAddrPort(a.String()); err == nil {
-		return ap.Addr().Unmap()
-	}
-	return netip.Addr{}
-}
-
 // clientIPOf returns the request's client IP, or the connection's peer for a request refused
 // before decide resolved it (fasthttp refused its headers, or they were malformed).
 func (x *exchange) clientIPOf() netip.Addr {
 	if x.clientIP.IsValid() {
 		return x.clientIP
 	}
-	return addrOf(x.conn.RemoteAddr())
+	return listen.AddrIP(x.conn.RemoteAddr())
 }
 
 // The forwarded headers a request from an untrusted peer loses once trusted_proxies is set

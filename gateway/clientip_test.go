@@ -55,69 +55,60 @@ const identityRequest = "GET /api/x HTTP/1.1\r\nHost: front.example\r\n" +
 
 func echoed(rr rawResponse, h string) string { return rr.Header.Get("X-Echo-H-" + h) }
 
-func TestForwardedHeadersFromUntrustedPeer(t *testing.T) {
+// checkForwarded sends identityRequest through a gateway with serverYAML and checks the
+// forwarded headers the upstream saw against want.
+func checkForwarded(t *testing.T, serverYAML string, want map[string]string) *testGateway {
+	t.Helper()
 	up := startUpstream(t, nil)
-	gw := startGateway(t, "trusted_proxies: [10.0.0.0/8]\n", upstreamRoute("/api", up.addr, ""))
+	gw := startGateway(t, serverYAML, upstreamRoute("/api", up.addr, ""))
 	rr := rawRequest(t, gw.addr, identityRequest)
 	if rr.StatusCode != 200 {
 		t.Fatalf("status %d", rr.StatusCode)
 	}
-	for h, want := range map[string]string{
+	for h, w := range want {
+		if got := echoed(rr, h); got != w {
+			t.Errorf("upstream saw %s %q, want %q", h, got, w)
+		}
+	}
+	return gw
+}
+
+func TestForwardedHeadersFromUntrustedPeer(t *testing.T) {
+	checkForwarded(t, "trusted_proxies: [10.0.0.0/8]\n", map[string]string{
 		"X-Forwarded-For":    "127.0.0.1", // only the peer: what came was dropped
 		"X-Forwarded-Proto":  "http",
 		"X-Forwarded-Host":   "front.example",
 		"X-Forwarded-Prefix": "",
 		"X-Real-Ip":          "127.0.0.1",
 		"Forwarded":          "",
-	} {
-		if got := echoed(rr, h); got != want {
-			t.Errorf("upstream saw %s %q, want %q", h, got, want)
-		}
-	}
+	})
 }
 
 func TestForwardedHeadersFromTrustedPeer(t *testing.T) {
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "trusted_proxies: [127.0.0.1, 10.0.0.0/8]\n", upstreamRoute("/api", up.addr, ""))
-	rr := rawRequest(t, gw.addr, identityRequest)
-	if rr.StatusCode != 200 {
-		t.Fatalf("status %d", rr.StatusCode)
-	}
-	for h, want := range map[string]string{
+	gw := checkForwarded(t, "trusted_proxies: [127.0.0.1, 10.0.0.0/8]\n", map[string]string{
 		"X-Forwarded-For":    "203.0.113.7, 10.0.0.2, 10.0.0.3, 127.0.0.1", // appended to
 		"X-Forwarded-Proto":  "https",                                      // kept
 		"X-Forwarded-Host":   "public.example",                             // kept
 		"X-Forwarded-Prefix": "/p",
 		"X-Real-Ip":          "203.0.113.7", // the walk's client, not the forged 6.6.6.6
 		"Forwarded":          "for=6.6.6.6",
-	} {
-		if got := echoed(rr, h); got != want {
-			t.Errorf("upstream saw %s %q, want %q", h, got, want)
-		}
-	}
+	})
 	// Without forwarded headers of its own, a trusted peer's request gets Toron's.
-	rr = rawRequest(t, gw.addr, "GET /api/x HTTP/1.1\r\nHost: front.example\r\n\r\n")
+	rr := rawRequest(t, gw.addr, "GET /api/x HTTP/1.1\r\nHost: front.example\r\n\r\n")
 	if echoed(rr, "X-Forwarded-Proto") != "http" || echoed(rr, "X-Forwarded-Host") != "front.example" || echoed(rr, "X-Real-Ip") != "127.0.0.1" {
 		t.Errorf("trusted peer without headers: proto %q host %q real ip %q", echoed(rr, "X-Forwarded-Proto"), echoed(rr, "X-Forwarded-Host"), echoed(rr, "X-Real-Ip"))
 	}
 }
 
 func TestForwardedHeadersWithoutTrustedProxies(t *testing.T) {
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
-	rr := rawRequest(t, gw.addr, identityRequest)
-	for h, want := range map[string]string{
+	checkForwarded(t, "", map[string]string{
 		"X-Forwarded-For":    "203.0.113.7, 10.0.0.2, 10.0.0.3, 127.0.0.1", // SPEC 7: appended
 		"X-Forwarded-Proto":  "http",                                       // SPEC 7: set
 		"X-Forwarded-Host":   "front.example",
 		"X-Forwarded-Prefix": "/p",
 		"X-Real-Ip":          "127.0.0.1", // always the client IP, replacing what came
 		"Forwarded":          "for=6.6.6.6",
-	} {
-		if got := echoed(rr, h); got != want {
-			t.Errorf("upstream saw %s %q, want %q", h, got, want)
-		}
-	}
+	})
 }
 
 func TestAccessLogClientIP(t *testing.T) {

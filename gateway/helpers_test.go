@@ -287,6 +287,35 @@ func readRawResponse(t *testing.T, c net.Conn, method string) rawResponse {
 	return rr
 }
 
+// proxyOnce starts an upstream serving h (nil: echo) behind a gateway that routes / to it,
+// sends the raw request req and fails the test unless the answer is 200.
+func proxyOnce(t *testing.T, h http.HandlerFunc, req string) rawResponse {
+	t.Helper()
+	up := startUpstream(t, h)
+	gw := startGateway(t, "", upstreamRoute("/", up.addr, ""))
+	resp := rawRequest(t, gw.addr, req)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d %q", resp.StatusCode, resp.body)
+	}
+	return resp
+}
+
+// checkHeaderSplit fails for each header of gone that h has, and for each of kept that h lost
+// or changed; what names the headers in the messages.
+func checkHeaderSplit(t *testing.T, h http.Header, what string, gone []string, kept map[string]string) {
+	t.Helper()
+	for _, name := range gone {
+		if v := h.Get(name); v != "" {
+			t.Errorf("%s forwarded: %s=%q", what, name, v)
+		}
+	}
+	for name, want := range kept {
+		if v := h.Get(name); v != want {
+			t.Errorf("%s: end-to-end %s=%q, want %q", what, name, v, want)
+		}
+	}
+}
+
 // upstreamRoute is a minimal routes.yaml entry pointing at addr.
 func upstreamRoute(prefix, addr, extra string) string {
 	return fmt.Sprintf("- type: upstream\n  prefix: %s\n  target: http://%s\n%s", prefix, addr, indent(extra, "  "))

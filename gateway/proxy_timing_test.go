@@ -29,13 +29,22 @@ func startFastUpstream(tb testing.TB) string {
 // benchmarkSmallGET sends GET /api/users, with the header pairs (name, value, ...), on one
 // keep-alive connection per iteration and expects wantStatus.
 func benchmarkSmallGET(b *testing.B, addr string, wantStatus int, headers ...string) {
-	hc := &fasthttp.HostClient{Addr: addr, MaxConns: 1}
+	benchmarkGET(b, &fasthttp.HostClient{Addr: addr, MaxConns: 1}, wantStatus, headers...)
+}
+
+// benchmarkGET sends GET /api/users through hc (over TLS when hc.IsTLS), with the header pairs
+// (name, value, ...), once per iteration and expects wantStatus.
+func benchmarkGET(b *testing.B, hc *fasthttp.HostClient, wantStatus int, headers ...string) {
 	defer hc.CloseIdleConnections()
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI("http://" + addr + "/api/users")
+	scheme := "http://"
+	if hc.IsTLS {
+		scheme = "https://"
+	}
+	req.SetRequestURI(scheme + hc.Addr + "/api/users")
 	for k := 0; k+1 < len(headers); k += 2 {
 		req.Header.Set(headers[k], headers[k+1])
 	}
@@ -51,6 +60,12 @@ func benchmarkSmallGET(b *testing.B, addr string, wantStatus int, headers ...str
 	}
 }
 
+// startFastGatewayB is a gateway with serverYAML (access log off) in front of a new fast
+// upstream, on one route: prefix, with the route keys extra.
+func startFastGatewayB(b *testing.B, serverYAML, prefix, extra string) *testGateway {
+	return startGatewayB(b, serverYAML, upstreamRoute(prefix, startFastUpstream(b), extra), false)
+}
+
 // BenchmarkDirectSmallGET is the baseline: the same request straight to the upstream.
 func BenchmarkDirectSmallGET(b *testing.B) {
 	benchmarkSmallGET(b, startFastUpstream(b), 200)
@@ -58,8 +73,7 @@ func BenchmarkDirectSmallGET(b *testing.B) {
 
 // BenchmarkProxySmallGET is a small GET through the gateway (access log off).
 func BenchmarkProxySmallGET(b *testing.B) {
-	up := startFastUpstream(b)
-	gw := startGatewayB(b, "", upstreamRoute("/api", up, ""), false)
+	gw := startFastGatewayB(b, "", "/api", "")
 	benchmarkSmallGET(b, gw.addr, 200)
 }
 
@@ -95,15 +109,13 @@ func benchmarkRaw(b *testing.B, addr, req string, wantStatus int) {
 
 // BenchmarkRejectOversized is the Tier-1 413 of a headers-only client declaring 1 GiB.
 func BenchmarkRejectOversized(b *testing.B) {
-	up := startFastUpstream(b)
-	gw := startGatewayB(b, "", upstreamRoute("/api", up, ""), false)
+	gw := startFastGatewayB(b, "", "/api", "")
 	benchmarkRaw(b, gw.addr, "POST /api/up HTTP/1.1\r\nHost: a\r\nContent-Length: 1073741824\r\n\r\n", 413)
 }
 
 // BenchmarkBulkheadReject is the bulkhead 503 of a full route (max_concurrency 1, held).
 func BenchmarkBulkheadReject(b *testing.B) {
-	up := startFastUpstream(b)
-	gw := startGatewayB(b, "", upstreamRoute("/legacy", up, "max_concurrency: 1"), false)
+	gw := startFastGatewayB(b, "", "/legacy", "max_concurrency: 1")
 	gw.g.stats.get("/legacy").bulkhead.TryAcquire() // hold the only slot
 	defer gw.g.stats.get("/legacy").bulkhead.Release()
 	benchmarkRaw(b, gw.addr, "GET /legacy/r HTTP/1.1\r\nHost: a\r\n\r\n", 503)
@@ -112,16 +124,14 @@ func BenchmarkBulkheadReject(b *testing.B) {
 // BenchmarkProxySmallGETNewConn is a proxied small GET on a fresh connection: the same
 // connection cost as the rejection benchmarks, for their ratio.
 func BenchmarkProxySmallGETNewConn(b *testing.B) {
-	up := startFastUpstream(b)
-	gw := startGatewayB(b, "", upstreamRoute("/api", up, ""), false)
+	gw := startFastGatewayB(b, "", "/api", "")
 	benchmarkRaw(b, gw.addr, "GET /api/users HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 200)
 }
 
 // BenchmarkBulkheadRejectKeepAlive is the bulkhead 503 on a keep-alive connection: the
 // rejection's own cost, to set beside BenchmarkProxySmallGET.
 func BenchmarkBulkheadRejectKeepAlive(b *testing.B) {
-	up := startFastUpstream(b)
-	gw := startGatewayB(b, "", upstreamRoute("/api", up, "max_concurrency: 1"), false)
+	gw := startFastGatewayB(b, "", "/api", "max_concurrency: 1")
 	bh := gw.g.stats.get("/api").bulkhead
 	bh.TryAcquire() // hold the only slot
 	defer bh.Release()

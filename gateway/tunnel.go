@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"errors"
+	"iter"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -124,7 +125,7 @@ func checkUpgrade(h *fasthttp.RequestHeader, x *exchange) bool {
 	var conn, upgrade [128]byte
 	named, table := up.CollectConnNames(conn[:0], h.PeekAll(fasthttp.HeaderConnection))
 	defer up.ReleaseConnTable(table)
-	upTokens := appendHeaderValues(upgrade[:0], h, hdrUpgrade)
+	upTokens := appendHeaderValues(upgrade[:0], h.All(), hdrUpgrade)
 	if !isOnlyToken(upTokens, tokenWebSocket) {
 		// h2c, TLS/1.0, a list of protocols: Toron speaks none of them (SPEC 11).
 		x.reject(rejUpgrade)
@@ -143,9 +144,10 @@ func checkUpgrade(h *fasthttp.RequestHeader, x *exchange) bool {
 	return true
 }
 
-// appendHeaderValues appends the values of every line of header k, comma-separated.
-func appendHeaderValues(dst []byte, h *fasthttp.RequestHeader, k []byte) []byte {
-	for name, v := range h.All() {
+// appendHeaderValues appends the values of every line of header k among a header's lines
+// (a request's or a response's All), comma-separated.
+func appendHeaderValues(dst []byte, lines iter.Seq2[[]byte, []byte], k []byte) []byte {
+	for name, v := range lines {
 		if equalFold(name, k) {
 			dst = append(dst, v...)
 			dst = append(dst, ',')
@@ -280,7 +282,7 @@ func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) 
 		return
 	}
 	var upTokens [64]byte
-	if !isOnlyToken(appendResponseHeaderValues(upTokens[:0], &resp.Header, hdrUpgrade), tokenWebSocket) {
+	if !isOnlyToken(appendHeaderValues(upTokens[:0], resp.Header.All(), hdrUpgrade), tokenWebSocket) {
 		g.writeRejection(ctx, x, rejUpstreamBadUpgrade)
 		x.finish()
 		return
@@ -302,17 +304,6 @@ func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) 
 }
 
 var headReaderPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, tunnelHeadBufferSize) }}
-
-// appendResponseHeaderValues appends the values of every line of header k, comma-separated.
-func appendResponseHeaderValues(dst []byte, h *fasthttp.ResponseHeader, k []byte) []byte {
-	for name, v := range h.All() {
-		if equalFold(name, k) {
-			dst = append(dst, v...)
-			dst = append(dst, ',')
-		}
-	}
-	return dst
-}
 
 // appendSwitchingHead appends the 101 sent to the client: the upstream's end-to-end headers,
 // its Sec-WebSocket-* headers whatever its Connection says, Upgrade: websocket, Connection:

@@ -163,6 +163,17 @@ func openTunnel(t *testing.T, addr, req string) (net.Conn, *bufio.Reader, *http.
 	return c, br, resp
 }
 
+// mustTunnel is openTunnel for a handshake that must succeed: it fails the test unless the
+// answer is 101.
+func mustTunnel(t *testing.T, addr, req string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, br, resp := openTunnel(t, addr, req)
+	if resp.StatusCode != 101 {
+		t.Fatalf("handshake answered %d, want 101", resp.StatusCode)
+	}
+	return c, br
+}
+
 func wsRoute(addr, extra string) string {
 	return upstreamRoute("/ws", addr, "websocket: true\n"+extra)
 }
@@ -430,10 +441,7 @@ func TestTunnelEndsEveryWay(t *testing.T) {
 		up := startWSUpstream(t, nil)
 		tg := startGateway(t, "", wsRoute(up.addr, ""))
 		base := tunnelLeakBaseline()
-		c, _, resp := openTunnel(t, tg.addr, upgradeRequest("/ws"))
-		if resp.StatusCode != 101 {
-			t.Fatal(resp.StatusCode)
-		}
+		c, _ := mustTunnel(t, tg.addr, upgradeRequest("/ws"))
 		waitTunnels(t, tg.g, 1)
 		inflight := fmt.Sprintf(`toron_upstream_inflight{route="/ws",target=%q}`, up.addr)
 		if v := metricLine(tg.g, inflight); v != "1" {
@@ -453,10 +461,7 @@ func TestTunnelEndsEveryWay(t *testing.T) {
 		})
 		tg := startGateway(t, "", wsRoute(up.addr, ""))
 		base := tunnelLeakBaseline()
-		c, br, resp := openTunnel(t, tg.addr, upgradeRequest("/ws"))
-		if resp.StatusCode != 101 {
-			t.Fatal(resp.StatusCode)
-		}
+		c, br := mustTunnel(t, tg.addr, upgradeRequest("/ws"))
 		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 		rest, err := io.ReadAll(br)
 		if err != nil || string(rest) != "bye" {
@@ -469,10 +474,7 @@ func TestTunnelEndsEveryWay(t *testing.T) {
 		up := startWSUpstream(t, nil)
 		tg := startGateway(t, "", wsRoute(up.addr, ""))
 		base := tunnelLeakBaseline()
-		c, br, resp := openTunnel(t, tg.addr, upgradeRequest("/ws"))
-		if resp.StatusCode != 101 {
-			t.Fatal(resp.StatusCode)
-		}
+		c, br := mustTunnel(t, tg.addr, upgradeRequest("/ws"))
 		tg.g.Drain()
 		// Draining leaves tunnels open.
 		if _, err := c.Write([]byte("ping")); err != nil {

@@ -94,7 +94,7 @@ func (l *ProxyListener) allowed(a net.Addr) bool {
 	if len(l.allow) == 0 {
 		return true
 	}
-	ip := addrOf(a)
+	ip := AddrIP(a)
 	for _, p := range l.allow {
 		if p.Contains(ip) {
 			return true
@@ -109,8 +109,9 @@ func (l *ProxyListener) reject() {
 	}
 }
 
-// addrOf is the IP of a socket address, IPv4-mapped addresses unmapped.
-func addrOf(a net.Addr) netip.Addr {
+// AddrIP is the IP of a socket address, IPv4-mapped addresses unmapped, without allocating
+// for TCP: the peer the PROXY protocol's allow list and the gateway's trusted proxies match.
+func AddrIP(a net.Addr) netip.Addr {
 	if t, ok := a.(*net.TCPAddr); ok {
 		ip, _ := netip.AddrFromSlice(t.IP)
 		return ip.Unmap()

@@ -124,17 +124,13 @@ func Of(c net.Conn) (*net.TCPConn, syscall.RawConn, bool) {
 func ReadStep(fd uintptr, p []byte) (n int, again bool, err error) {
 	for {
 		n, err := nbRead(fd, p)
-		switch {
-		case err == syscall.EINTR:
+		if err == syscall.EINTR {
 			continue
-		case err == syscall.EAGAIN:
-			return 0, true, nil
-		case err != nil:
-			return 0, false, os.NewSyscallError("read", err)
-		case n == 0 && len(p) > 0:
+		}
+		if err == nil && n == 0 && len(p) > 0 {
 			return 0, false, io.EOF
 		}
-		return n, false, nil
+		return stepOutcome(n, err, "read")
 	}
 }
 
@@ -143,16 +139,23 @@ func ReadStep(fd uintptr, p []byte) (n int, again bool, err error) {
 func WriteStep(fd uintptr, p []byte) (n int, again bool, err error) {
 	for {
 		n, err := nbWrite(fd, p)
-		switch {
-		case err == syscall.EINTR:
+		if err == syscall.EINTR {
 			continue
-		case err == syscall.EAGAIN:
-			return 0, true, nil
-		case err != nil:
-			return 0, false, os.NewSyscallError("write", err)
 		}
-		return n, false, nil
+		return stepOutcome(n, err, "write")
 	}
+}
+
+// stepOutcome is what ReadStep and WriteStep return for a raw call that was not interrupted:
+// again on EAGAIN, the call's error named after op, else the bytes it moved.
+func stepOutcome(n int, err error, op string) (int, bool, error) {
+	switch {
+	case err == syscall.EAGAIN:
+		return 0, true, nil
+	case err != nil:
+		return 0, false, os.NewSyscallError(op, err)
+	}
+	return n, false, nil
 }
 
 // Read reads into p as net.TCPConn.Read does, through the raw calls.
