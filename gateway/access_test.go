@@ -304,12 +304,7 @@ func TestForwardAuthRoute(t *testing.T) {
 
 func TestForwardAuthDown(t *testing.T) {
 	up := startUpstream(t, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := refusedAddr(t)
 	gw := startGateway(t, "", upstreamRoute("/f", up.addr, fmt.Sprintf("auth: {forward: {url: \"http://%s/\"}}", addr))+upstreamRoute("/api", up.addr, ""))
 	resp, body := authGet(t, gw.addr, "/f/x")
 	if resp.StatusCode != 503 || body != `{"error":"503 Service Unavailable: Authentication service unavailable"}` {

@@ -244,8 +244,7 @@ func TestWorkerPoolSaturatedWhileHealthAnswers(t *testing.T) {
 }
 
 func TestIdleConnectionsHoldNoWorker(t *testing.T) {
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "worker_pool_size: 8\n", upstreamRoute("/api", up.addr, ""))
+	gw, _ := startProxied(t, "worker_pool_size: 8\n", "/api", nil)
 	var conns []net.Conn
 	defer func() {
 		for _, c := range conns {
@@ -481,19 +480,8 @@ func TestElevatedRouteDropsStaleUpstreamConns(t *testing.T) {
 // by the old pool.
 func TestReloadRetiresWatchedConns(t *testing.T) {
 	release := make(chan struct{})
-	var closed atomic.Int64
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: slowHandler(release), ConnState: func(c net.Conn, s http.ConnState) {
-		if s == http.StateClosed {
-			closed.Add(1)
-		}
-	}}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	route := upstreamRoute("/legacy", ln.Addr().String(), "response_header_timeout: 30s")
+	up := startUpstream(t, slowHandler(release))
+	route := upstreamRoute("/legacy", up.addr, "response_header_timeout: 30s")
 	gw := startGateway(t, "", route)
 	done := make(chan int)
 	go func() { s, _, _, _ := getStatus(gw.addr, "/legacy/x"); done <- s }()
@@ -502,7 +490,7 @@ func TestReloadRetiresWatchedConns(t *testing.T) {
 	for bh.InFlight() < 1 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	changed := upstreamRoute("/legacy", ln.Addr().String(), "response_header_timeout: 31s")
+	changed := upstreamRoute("/legacy", up.addr, "response_header_timeout: 31s")
 	if err := gw.g.Reload(loadConfig(t, "", changed)); err != nil {
 		t.Fatal(err)
 	}
@@ -510,10 +498,10 @@ func TestReloadRetiresWatchedConns(t *testing.T) {
 	if s := <-done; s != 200 {
 		t.Fatalf("status %d", s)
 	}
-	for closed.Load() < 1 && time.Now().Before(deadline) {
+	for up.closed.Load() < 1 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if closed.Load() < 1 {
+	if up.closed.Load() < 1 {
 		t.Errorf("the old route's upstream connection stayed open after its request finished")
 	}
 	waitIdle(t, gw.g)
@@ -523,20 +511,8 @@ func TestReloadRetiresWatchedConns(t *testing.T) {
 // keeps its pool, so its idle keep-alive connection carries the next request; a reload that
 // changes them starts a new pool.
 func TestReloadKeepsWarmConnections(t *testing.T) {
-	var conns atomic.Int64
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}),
-		ConnState: func(c net.Conn, s http.ConnState) {
-			if s == http.StateNew {
-				conns.Add(1)
-			}
-		}}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	route := upstreamRoute("/", ln.Addr().String(), "")
+	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {})
+	route := upstreamRoute("/", up.addr, "")
 	gw := startGateway(t, "", route)
 	get := func() {
 		t.Helper()
@@ -549,14 +525,14 @@ func TestReloadKeepsWarmConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	get()
-	if n := conns.Load(); n != 1 {
+	if n := up.conns.Load(); n != 1 {
 		t.Errorf("%d upstream connections after an unchanged reload, want 1 (kept warm)", n)
 	}
-	if err := gw.g.Reload(loadConfig(t, "", upstreamRoute("/", ln.Addr().String(), "connect_timeout: 2s"))); err != nil {
+	if err := gw.g.Reload(loadConfig(t, "", upstreamRoute("/", up.addr, "connect_timeout: 2s"))); err != nil {
 		t.Fatal(err)
 	}
 	get()
-	if n := conns.Load(); n != 2 {
+	if n := up.conns.Load(); n != 2 {
 		t.Errorf("%d upstream connections after a reload that changed connect_timeout, want 2", n)
 	}
 }

@@ -59,8 +59,7 @@ func echoed(rr rawResponse, h string) string { return rr.Header.Get("X-Echo-H-" 
 // forwarded headers the upstream saw against want.
 func checkForwarded(t *testing.T, serverYAML string, want map[string]string) *testGateway {
 	t.Helper()
-	up := startUpstream(t, nil)
-	gw := startGateway(t, serverYAML, upstreamRoute("/api", up.addr, ""))
+	gw, _ := startProxied(t, serverYAML, "/api", nil)
 	rr := rawRequest(t, gw.addr, identityRequest)
 	if rr.StatusCode != 200 {
 		t.Fatalf("status %d", rr.StatusCode)

@@ -124,8 +124,7 @@ func TestPauseCut(t *testing.T) {
 
 func TestSlowHeadersCut(t *testing.T) {
 	t.Parallel()
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "read_timeout: 1s\n", upstreamRoute("/", up.addr, ""))
+	gw, up := startProxied(t, "read_timeout: 1s\n", "/", nil)
 	c := dialRaw(t, gw.addr)
 	start := time.Now()
 	go func() {
@@ -367,8 +366,7 @@ func TestSlowReaderWithFullSendBufferCompletes(t *testing.T) {
 // TestHeaderTimeoutDuration: a request cut for slow headers lasted read_timeout, from its first
 // byte; its duration is not the instant of the answer.
 func TestHeaderTimeoutDuration(t *testing.T) {
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "read_timeout: 1s\n", upstreamRoute("/", up.addr, ""))
+	gw, _ := startProxied(t, "read_timeout: 1s\n", "/", nil)
 	c := dialRaw(t, gw.addr)
 	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n") // and never the blank line
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))

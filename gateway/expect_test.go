@@ -13,8 +13,7 @@ import (
 // upstream never sees the header, whatever its case; an upstream that did could answer before
 // the body and then read the body as a request (issue 14).
 func TestExpectNeverForwarded(t *testing.T) {
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "", upstreamRoute("/", up.addr, ""))
+	gw, up := startProxied(t, "", "/", nil)
 	for _, v := range []string{"100-continue", "100-Continue"} {
 		c := dialRaw(t, gw.addr)
 		if _, err := io.WriteString(c, "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nExpect: "+v+"\r\n\r\n"); err != nil {
@@ -50,8 +49,7 @@ func TestExpectNeverForwarded(t *testing.T) {
 // included, is answered 417 with the gateway's JSON before any body byte (SPEC 7), and nothing
 // reaches the upstream.
 func TestExpectOtherIs417(t *testing.T) {
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "", upstreamRoute("/", up.addr, ""))
+	gw, up := startProxied(t, "", "/", nil)
 	for _, v := range []string{"y 100-continue", "100-continue, foo", "foo", "100-continued", "\"100-continue\""} {
 		for _, body := range []bool{true, false} {
 			req := "POST /x HTTP/1.1\r\nHost: a\r\nExpect: " + v + "\r\n"

@@ -138,7 +138,8 @@ type upstream struct {
 	addr     string
 	srv      *http.Server
 	requests atomic.Int64
-	conns    atomic.Int64
+	conns    atomic.Int64 // opened
+	closed   atomic.Int64 // connections closed
 	inflight atomic.Int64
 	maxSeen  atomic.Int64
 
@@ -176,8 +177,11 @@ func startUpstream(t testing.TB, h http.HandlerFunc) *upstream {
 			h(w, r)
 		}),
 		ConnState: func(c net.Conn, s http.ConnState) {
-			if s == http.StateNew {
+			switch s {
+			case http.StateNew:
 				u.conns.Add(1)
+			case http.StateClosed:
+				u.closed.Add(1)
 			}
 		},
 	}
@@ -287,12 +291,26 @@ func readRawResponse(t *testing.T, c net.Conn, method string) rawResponse {
 	return rr
 }
 
+// startProxied starts an upstream serving h (nil: echo) and a gateway with serverYAML whose
+// one route sends prefix to it.
+func startProxied(t *testing.T, serverYAML, prefix string, h http.HandlerFunc) (*testGateway, *upstream) {
+	t.Helper()
+	up := startUpstream(t, h)
+	return startGateway(t, serverYAML, upstreamRoute(prefix, up.addr, "")), up
+}
+
+// newGate returns a channel for handlers to wait on and the function that opens it (closes the
+// channel), which may be called more than once.
+func newGate() (<-chan struct{}, func()) {
+	c := make(chan struct{})
+	return c, sync.OnceFunc(func() { close(c) })
+}
+
 // proxyOnce starts an upstream serving h (nil: echo) behind a gateway that routes / to it,
 // sends the raw request req and fails the test unless the answer is 200.
 func proxyOnce(t *testing.T, h http.HandlerFunc, req string) rawResponse {
 	t.Helper()
-	up := startUpstream(t, h)
-	gw := startGateway(t, "", upstreamRoute("/", up.addr, ""))
+	gw, _ := startProxied(t, "", "/", h)
 	resp := rawRequest(t, gw.addr, req)
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d %q", resp.StatusCode, resp.body)

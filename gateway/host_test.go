@@ -3,7 +3,6 @@ package gateway
 import (
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -40,8 +39,7 @@ func TestValidPercentEncoding(t *testing.T) {
 // TestBadHostAndPercentEncodingRefused: a Host that is not host[:port] and a path with a
 // malformed percent-encoding are 400 before routing (SPEC 7): nothing reaches the upstream.
 func TestBadHostAndPercentEncodingRefused(t *testing.T) {
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "", upstreamRoute("/", up.addr, ""))
+	gw, up := startProxied(t, "", "/", nil)
 	for _, req := range []string{
 		"GET / HTTP/1.1\r\nHost: evil@127.0.0.1\r\n\r\n",
 		"GET / HTTP/1.1\r\nHost: a.example.com:@b.example.com\r\n\r\n",
@@ -79,9 +77,8 @@ func TestBadHostAndPercentEncodingRefused(t *testing.T) {
 // routed by / and forwarded as /%6cegacy/reports, which the upstream decodes to /legacy/reports:
 // the bulkhead was skipped. It is a 400 now, while the bulkhead's one slot is held.
 func TestMalformedPercentCannotSkipTheBulkhead(t *testing.T) {
-	release := make(chan struct{})
-	var once sync.Once
-	defer once.Do(func() { close(release) })
+	release, open := newGate()
+	defer open()
 	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/legacy/reports") {
 			<-release
@@ -103,5 +100,5 @@ func TestMalformedPercentCannotSkipTheBulkhead(t *testing.T) {
 	if n := up.requests.Load(); n != 1 {
 		t.Errorf("the upstream saw %d requests, want only the one holding the bulkhead", n)
 	}
-	once.Do(func() { close(release) })
+	open()
 }

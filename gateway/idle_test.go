@@ -14,8 +14,7 @@ import (
 // shows that buffer is given back before the wait).
 // The next request on the connection takes an exchange again and is served as usual.
 func TestIdleConnectionHoldsNoRequestState(t *testing.T) {
-	up := startUpstream(t, nil)
-	tg := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
+	tg, _ := startProxied(t, "", "/api", nil)
 	c := dialRaw(t, tg.addr)
 	for i := 0; i < 3; i++ {
 		if _, err := c.Write([]byte("GET /api/x HTTP/1.1\r\nHost: a\r\n\r\n")); err != nil {

@@ -12,18 +12,6 @@ import (
 	"time"
 )
 
-// closedPort returns a loopback address nothing listens on: a dial to it is refused.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 // uploadAndReadAll sends the headers of a 1 MiB POST to path and 200 KiB of its body, then
 // 1 KiB every 50 ms (an upload still under way), while it reads everything the gateway sends
 // until it closes. It returns the bytes and the read error: a clean close is nil, a reset is
@@ -88,7 +76,7 @@ func TestRejectionMidUploadLingers(t *testing.T) {
 	defer close(hold)
 	resetter := startResettingUpstream(t)
 	gw := startGateway(t, "",
-		upstreamRoute("/refused", closedPort(t), "max_body_bytes: 2097152")+
+		upstreamRoute("/refused", refusedAddr(t), "max_body_bytes: 2097152")+
 			upstreamRoute("/pool", busy.addr, "max_body_bytes: 2097152\nmax_upstream_conns: 1\nconnect_timeout: 1s")+
 			upstreamRoute("/reset", resetter, "max_body_bytes: 2097152")+
 			upstreamRoute("/panic", busy.addr, "name: panic\nmax_body_bytes: 2097152\nmax_concurrency: 1"))

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -58,9 +57,7 @@ func TestMetricsAfterScriptedMix(t *testing.T) {
 		}
 		_, _ = w.Write(b)
 	})
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	refused := ln.Addr().String()
-	ln.Close()
+	refused := refusedAddr(t)
 	gw := startGateway(t, "", upstreamRoute("/api", up.addr, "max_body_bytes: 1000")+upstreamRoute("/down", refused, ""))
 
 	for i := 0; i < 3; i++ {

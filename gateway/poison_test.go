@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 // Response queue poisoning (SPEC 7): bytes an upstream sends that belong to no request of the
@@ -29,39 +32,22 @@ func startScriptedUpstream(t *testing.T, serve func(c net.Conn, br *bufio.Reader
 // serveScripted serves every connection of ln (plain or TLS) with serve until the test ends.
 func serveScripted(t *testing.T, ln net.Listener, serve func(c net.Conn, br *bufio.Reader)) string {
 	t.Helper()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-				serve(c, bufio.NewReader(c))
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
+	testnet.Serve(t, ln, func(c net.Conn) {
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		serve(c, bufio.NewReader(c))
 	})
 	return ln.Addr().String()
+}
+
+// serveTLSScripted is serveScripted over TLS, with a certificate from pki for name.
+func serveTLSScripted(t *testing.T, pki *testnet.CA, name string, serve func(c net.Conn, br *bufio.Reader)) string {
+	t.Helper()
+	cert, _, _ := pki.IssueFiles(t, name, name)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveScripted(t, ln, serve)
 }
 
 // answer writes a complete response with body.

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -14,8 +13,7 @@ import (
 // TestHigherHTTP1ProcessedAsHTTP11: HTTP/1.2 keeps the connection alive like HTTP/1.1 (SPEC 7),
 // unless the client sends Connection: close.
 func TestHigherHTTP1ProcessedAsHTTP11(t *testing.T) {
-	up := startUpstream(t, echoHandler)
-	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
+	gw, _ := startProxied(t, "", "/api", echoHandler)
 	c := dialRaw(t, gw.addr)
 	io.WriteString(c, "GET /api/a HTTP/1.2\r\nHost: a\r\n\r\nGET /api/b HTTP/1.2\r\nHost: a\r\nConnection: close\r\n\r\n")
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -39,8 +37,7 @@ func TestHigherHTTP1ProcessedAsHTTP11(t *testing.T) {
 // TestHTTP10WithoutHost: an HTTP/1.0 request may omit Host; it is forwarded with the target as
 // Host and no X-Forwarded-Host, instead of failing as a 502.
 func TestHTTP10WithoutHost(t *testing.T) {
-	up := startUpstream(t, echoHandler)
-	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
+	gw, up := startProxied(t, "", "/api", echoHandler)
 	r := rawRequest(t, gw.addr, "GET /api/x HTTP/1.0\r\n\r\n")
 	if r.StatusCode != 200 {
 		t.Fatalf("HTTP/1.0 without Host: %d %s", r.StatusCode, r.body)
@@ -56,8 +53,7 @@ func TestHTTP10WithoutHost(t *testing.T) {
 // TestNoInventedContentType: a body without Content-Type reaches the upstream without one, in
 // every way a body is forwarded (buffered, normalized chunked, streamed).
 func TestNoInventedContentType(t *testing.T) {
-	up := startUpstream(t, echoHandler)
-	gw := startGateway(t, "stream_threshold_bytes: 16\n", upstreamRoute("/api", up.addr, ""))
+	gw, up := startProxied(t, "stream_threshold_bytes: 16\n", "/api", echoHandler)
 	for name, req := range map[string]string{
 		"buffered":            "POST /api HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello",
 		"streamed":            "POST /api HTTP/1.1\r\nHost: a\r\nContent-Length: 20\r\n\r\n01234567890123456789",
@@ -76,8 +72,7 @@ func TestNoInventedContentType(t *testing.T) {
 // TestEarlyClientAbortIs499: a client that leaves before the first bytes of its body arrived is
 // a client that left (499, client_abort), not a malformed request.
 func TestEarlyClientAbortIs499(t *testing.T) {
-	up := startUpstream(t, echoHandler)
-	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
+	gw, _ := startProxied(t, "", "/api", echoHandler)
 	before := scrape(t, gw.addr)
 	c := dialRaw(t, gw.addr)
 	io.WriteString(c, "POST /api HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\n0123456789")
@@ -95,8 +90,7 @@ func TestEarlyClientAbortIs499(t *testing.T) {
 // TestHeaderLevelRejectHasRequestID: the header-level 400 carries a generated X-Request-Id,
 // never the client's.
 func TestHeaderLevelRejectHasRequestID(t *testing.T) {
-	up := startUpstream(t, echoHandler)
-	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
+	gw, _ := startProxied(t, "", "/api", echoHandler)
 	// Obsolete line folding: fasthttp joins the lines, Toron's header check refuses them.
 	r := rawRequest(t, gw.addr, "GET /api HTTP/1.1\r\nHost: a\r\nX-Request-Id: mine\r\nX-A: b\r\n c\r\n\r\n")
 	if r.StatusCode != 400 {
@@ -221,9 +215,7 @@ func TestAbsoluteFormNamesTheHost(t *testing.T) {
 // TestShutdownWaitsForHTTP10Stream: a body streamed to an HTTP/1.0 client runs on a hijacked
 // connection, which fasthttp no longer counts; shutdown still lets it finish.
 func TestShutdownWaitsForHTTP10Stream(t *testing.T) {
-	release := make(chan struct{})
-	var once sync.Once
-	releaseUp := func() { once.Do(func() { close(release) }) }
+	release, releaseUp := newGate()
 	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "first, ")
 		w.(http.Flusher).Flush()
@@ -264,7 +256,7 @@ func TestShutdownWaitsForHTTP10Stream(t *testing.T) {
 // hijack of an HTTP/1.0 stream (a shutdown timeout closed it while the upstream was slow), the
 // request is counted as a client that left, not as a 200 nobody received.
 func TestHTTP10StreamNeverStartedIs499(t *testing.T) {
-	release := make(chan struct{})
+	release, releaseUp := newGate()
 	arrived := make(chan struct{}, 1)
 	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		arrived <- struct{}{}
@@ -272,8 +264,6 @@ func TestHTTP10StreamNeverStartedIs499(t *testing.T) {
 		io.WriteString(w, "late")
 		w.(http.Flusher).Flush()
 	})
-	var once sync.Once
-	releaseUp := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(releaseUp)
 	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
 	c := dialRaw(t, gw.addr)

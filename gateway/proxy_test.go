@@ -25,8 +25,7 @@ func TestCtxOfHeader(t *testing.T) {
 }
 
 func TestProxyGETAndPOST(t *testing.T) {
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
+	gw, _ := startProxied(t, "", "/api", nil)
 
 	resp := rawRequest(t, gw.addr, "GET /api/users?id=7&x=%2F HTTP/1.1\r\nHost: example.test\r\nX-Custom: one\r\n\r\n")
 	if resp.StatusCode != 200 {
@@ -129,8 +128,7 @@ func TestHopByHopNamedOnSeveralConnectionLines(t *testing.T) {
 }
 
 func TestXForwardedHeaders(t *testing.T) {
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "", upstreamRoute("/", up.addr, ""))
+	gw, _ := startProxied(t, "", "/", nil)
 	resp := rawRequest(t, gw.addr, "GET / HTTP/1.1\r\nHost: shop.example\r\nX-Forwarded-For: 203.0.113.9\r\nX-Forwarded-Proto: https\r\n\r\n")
 	if got := resp.Header.Get("X-Echo-H-X-Forwarded-For"); got != "203.0.113.9, 127.0.0.1" {
 		t.Errorf("X-Forwarded-For %q", got)
@@ -297,9 +295,7 @@ func TestNoRetryOnceBodyRead(t *testing.T) {
 
 func TestBadGatewayOnDialFailures(t *testing.T) {
 	// A port nobody listens on: refused.
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	refused := ln.Addr().String()
-	ln.Close()
+	refused := refusedAddr(t)
 	// An upstream that accepts and closes at once: reset before headers.
 	rl, _ := net.Listen("tcp", "127.0.0.1:0")
 	go func() {
@@ -369,8 +365,7 @@ func TestHeadAndNoContent(t *testing.T) {
 }
 
 func TestOptionsAsteriskForwarded(t *testing.T) {
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "", upstreamRoute("/", up.addr, ""))
+	gw, _ := startProxied(t, "", "/", nil)
 	resp := rawRequest(t, gw.addr, "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n")
 	// net/http answers "OPTIONS *" itself (200, no body) without calling the handler; had it
 	// received "/*", the echo handler would have answered with X-Echo-URI.

@@ -59,8 +59,7 @@ func proxyRejections(g *Gateway) string {
 }
 
 func TestProxyProtocolClientIP(t *testing.T) {
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "proxy_protocol: {enabled: true}\n", upstreamRoute("/api", up.addr, ""))
+	gw, _ := startProxied(t, "proxy_protocol: {enabled: true}\n", "/api", nil)
 	get := "GET /api/x HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n"
 
 	// v1: the header's source is the peer, so the client IP.
@@ -98,8 +97,7 @@ func TestProxyProtocolClientIP(t *testing.T) {
 // TestProxyProtocolTrustedSource: behind an L4 balancer that is itself behind a trusted proxy,
 // the PROXY source is what trusted_proxies judges.
 func TestProxyProtocolTrustedSource(t *testing.T) {
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "proxy_protocol: {enabled: true, allow: [127.0.0.0/8]}\ntrusted_proxies: [10.0.0.0/8]\n", upstreamRoute("/api", up.addr, ""))
+	gw, _ := startProxied(t, "proxy_protocol: {enabled: true, allow: [127.0.0.0/8]}\ntrusted_proxies: [10.0.0.0/8]\n", "/api", nil)
 	get := "GET /api/x HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 203.0.113.7\r\n\r\n"
 	rr := proxiedRequest(t, gw.addr, []byte("PROXY TCP4 10.0.0.5 10.0.0.1 1 8080\r\n"), get)
 	if echoed(rr, "X-Real-Ip") != "203.0.113.7" {
@@ -115,8 +113,7 @@ func TestProxyProtocolTrustedSource(t *testing.T) {
 // silent past the header deadline, is closed without an answer and counted; the upstream never
 // hears of it.
 func TestProxyProtocolRejections(t *testing.T) {
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "proxy_protocol: {enabled: true, timeout: 300ms}\n", upstreamRoute("/api", up.addr, ""))
+	gw, up := startProxied(t, "proxy_protocol: {enabled: true, timeout: 300ms}\n", "/api", nil)
 	// No header: a plain request.
 	c := dialRaw(t, gw.addr)
 	io.WriteString(c, "GET /api/x HTTP/1.1\r\nHost: a\r\n\r\n")
@@ -145,8 +142,7 @@ func TestProxyProtocolRejections(t *testing.T) {
 }
 
 func TestProxyProtocolAllowList(t *testing.T) {
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "proxy_protocol: {enabled: true, allow: [192.0.2.0/24]}\n", upstreamRoute("/api", up.addr, ""))
+	gw, up := startProxied(t, "proxy_protocol: {enabled: true, allow: [192.0.2.0/24]}\n", "/api", nil)
 	c := dialRaw(t, gw.addr)
 	// The header claims an allowed source: only the socket peer counts.
 	io.WriteString(c, "PROXY TCP4 192.0.2.1 10.0.0.1 1 8080\r\nGET /api/x HTTP/1.1\r\nHost: a\r\n\r\n")
@@ -170,8 +166,7 @@ func waitForValue(t *testing.T, get func() string, want string) {
 // TestProxyProtocolReload: the header timeout follows a reload; turning the protocol off is
 // refused and the old configuration keeps serving.
 func TestProxyProtocolReload(t *testing.T) {
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "proxy_protocol: {enabled: true, timeout: 5s}\n", upstreamRoute("/api", up.addr, ""))
+	gw, up := startProxied(t, "proxy_protocol: {enabled: true, timeout: 5s}\n", "/api", nil)
 	if err := gw.g.Reload(loadConfig(t, "", upstreamRoute("/api", up.addr, ""))); err == nil {
 		t.Error("a reload turning proxy_protocol off was accepted")
 	}
@@ -196,8 +191,7 @@ func TestProxyProtocolReload(t *testing.T) {
 // with its 503 on the accept goroutine, before reading it; with the PROXY protocol on that write
 // must not wait for the new connection's header, or one refused client would stall every accept.
 func TestProxyProtocolConcurrencyRefusal(t *testing.T) {
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "max_connections: 1\nproxy_protocol: {enabled: true, timeout: 5s}\n", upstreamRoute("/api", up.addr, ""))
+	gw, _ := startProxied(t, "max_connections: 1\nproxy_protocol: {enabled: true, timeout: 5s}\n", "/api", nil)
 	held := dialRaw(t, gw.addr)
 	held.Write(proxyV2(netip.MustParseAddrPort("198.51.100.9:1")))
 	if rr := getOn(t, held, "/api/x", ""); rr.StatusCode != 200 {

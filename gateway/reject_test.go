@@ -66,8 +66,7 @@ func TestRejectionsThroughListener(t *testing.T) {
 // TestTier1BeforeBody: a client that declares a large body and sends only the headers gets
 // the 413 at once, without any body byte, and the upstream gets no connection.
 func TestTier1BeforeBody(t *testing.T) {
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
+	gw, up := startProxied(t, "", "/api", nil)
 	for _, expect := range []bool{false, true} {
 		resp, elapsed := headersOnly(t, gw.addr, "/api/upload", 1073741824, expect)
 		if resp.StatusCode != 413 || !strings.Contains(string(resp.body), "exceeds effective route limit") {
@@ -87,8 +86,7 @@ func TestTier1BeforeBody(t *testing.T) {
 }
 
 func TestExpectContinueAccepted(t *testing.T) {
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "", upstreamRoute("/api", up.addr, ""))
+	gw, _ := startProxied(t, "", "/api", nil)
 	c := dialRaw(t, gw.addr)
 	fmt.Fprintf(c, "POST /api HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -107,8 +105,7 @@ func TestExpectContinueAccepted(t *testing.T) {
 // TestSilentNewConnectionClosedQuietly: a connection that never sends a byte is closed after
 // read_timeout without an answer and without a counted request.
 func TestSilentNewConnectionClosedQuietly(t *testing.T) {
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "read_timeout: 1s\n", upstreamRoute("/", up.addr, ""))
+	gw, _ := startProxied(t, "read_timeout: 1s\n", "/", nil)
 	c := dialRaw(t, gw.addr)
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	got, _ := io.ReadAll(c)
@@ -138,8 +135,7 @@ func TestSilentNewConnectionClosedQuietly(t *testing.T) {
 // the kernel answers them with a reset, which on a real network can destroy the response
 // before the client reads it. On loopback the reset shows as ECONNRESET after the response.
 func TestRefusedRequestClosesWithoutReset(t *testing.T) {
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "max_header_bytes: 4096\n", upstreamRoute("/api", up.addr, ""))
+	gw, _ := startProxied(t, "max_header_bytes: 4096\n", "/api", nil)
 	tail := strings.Repeat("X-Pad: "+strings.Repeat("p", 100)+"\r\n", 200) + "\r\n"
 	cases := []struct {
 		name   string

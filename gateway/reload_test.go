@@ -4,7 +4,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -12,9 +11,8 @@ import (
 // TestReloadKeepsInflightAndBulkheads: a reload swaps the table atomically, in-flight requests
 // finish on the route they started on, and a route that keeps its name keeps its bulkhead count.
 func TestReloadKeepsInflightAndBulkheads(t *testing.T) {
-	release := make(chan struct{})
-	var once sync.Once
-	defer once.Do(func() { close(release) })
+	release, open := newGate()
+	defer open()
 	old := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		if strings.Contains(r.URL.Path, "hold") {
 			<-release
@@ -50,7 +48,7 @@ func TestReloadKeepsInflightAndBulkheads(t *testing.T) {
 	if s, b, _, _ := getStatus(gw.addr, "/b/x"); s != 200 || b != "new" {
 		t.Errorf("new route: %d %s", s, b)
 	}
-	once.Do(func() { close(release) })
+	open()
 	for i := 0; i < 2; i++ {
 		if b := <-results; b != "old" {
 			t.Errorf("in-flight request answered %q, want it finished on its old route", b)
@@ -66,8 +64,7 @@ func TestReloadKeepsInflightAndBulkheads(t *testing.T) {
 }
 
 func TestReloadRefusesFixedKeys(t *testing.T) {
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "", upstreamRoute("/a", up.addr, ""))
+	gw, up := startProxied(t, "", "/a", nil)
 	cfg := loadConfig(t, "worker_pool_size: 64\n", upstreamRoute("/b", up.addr, ""))
 	err := gw.g.Reload(cfg)
 	if err == nil || !strings.Contains(err.Error(), "worker_pool_size") {
@@ -88,8 +85,7 @@ func TestReloadRefusesFixedKeys(t *testing.T) {
 // TestReloadChangesHeaderDeadline: the header and idle deadlines come from the configuration in
 // force, so a reload changes them without a restart.
 func TestReloadChangesHeaderDeadline(t *testing.T) {
-	up := startUpstream(t, nil)
-	gw := startGateway(t, "read_timeout: 30s\n", upstreamRoute("/", up.addr, ""))
+	gw, up := startProxied(t, "read_timeout: 30s\n", "/", nil)
 	cfg := loadConfig(t, "read_timeout: 1s\n", upstreamRoute("/", up.addr, ""))
 	if err := gw.g.Reload(cfg); err != nil {
 		t.Fatal(err)

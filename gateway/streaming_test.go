@@ -217,23 +217,22 @@ func TestClientAbortMidUploadCancelsUpstream(t *testing.T) {
 }
 
 func TestUpstreamAbortTruncatesClient(t *testing.T) {
-	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", "1000000")
-		w.WriteHeader(200)
-		w.Write(make([]byte, 100_000))
-		w.(http.Flusher).Flush()
-		hj := w.(http.Hijacker)
-		c, _, _ := hj.Hijack()
-		c.Close()
-	})
-	chunkedUp := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(200)
-		w.Write(make([]byte, 100_000))
-		w.(http.Flusher).Flush()
-		hj := w.(http.Hijacker)
-		c, _, _ := hj.Hijack()
-		c.Close()
-	})
+	// The upstream sends 100 KB of its body (of 1 MB declared when length is set, else
+	// chunked), then closes the connection.
+	truncated := func(length string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if length != "" {
+				w.Header().Set("Content-Length", length)
+			}
+			w.WriteHeader(200)
+			w.Write(make([]byte, 100_000))
+			w.(http.Flusher).Flush()
+			c, _, _ := w.(http.Hijacker).Hijack()
+			c.Close()
+		}
+	}
+	up := startUpstream(t, truncated("1000000"))
+	chunkedUp := startUpstream(t, truncated(""))
 	gw := startGateway(t, "", upstreamRoute("/fixed", up.addr, "")+upstreamRoute("/chunked", chunkedUp.addr, ""))
 	for _, path := range []string{"/fixed", "/chunked"} {
 		resp, err := http.Get("http://" + gw.addr + path)

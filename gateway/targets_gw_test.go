@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 // Several targets behind one route (SPEC 13), through the whole request path.
@@ -37,16 +39,18 @@ func namedUpstream(t *testing.T, name string) *upstream {
 	})
 }
 
-// refusedAddr is a loopback address where nothing listens.
-func refusedAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+// bodiesSeen sends n GETs of path to addr and counts the answers by body (the target's name).
+func bodiesSeen(addr, path string, n int) map[string]int {
+	seen := map[string]int{}
+	for range n {
+		_, body, _, _ := getStatus(addr, path)
+		seen[body]++
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return seen
 }
+
+// refusedAddr is a loopback address where nothing listens.
+func refusedAddr(t *testing.T) string { return testnet.RefusedAddr(t) }
 
 // metricLine returns the value of one metric line of the gateway's set ("" when absent).
 func metricLine(g *Gateway, name string) string {
@@ -125,11 +129,7 @@ func TestFailingTargetEjectedAndBack(t *testing.T) {
 	}
 	failing.Store(false)
 	time.Sleep(1200 * time.Millisecond)
-	seen := map[string]int{}
-	for i := 0; i < 10; i++ {
-		_, body, _, _ := getStatus(gw.addr, "/x")
-		seen[body]++
-	}
+	seen := bodiesSeen(gw.addr, "/x", 10)
 	if seen["bad"] == 0 {
 		t.Errorf("the target was not back after eject_time: %v", seen)
 	}
@@ -172,11 +172,7 @@ func TestActiveChecksTakeTargetDownAndUp(t *testing.T) {
 	}
 	healthy.Store(true)
 	waitMetric("1")
-	seen := map[string]int{}
-	for i := 0; i < 10; i++ {
-		_, body, _, _ := getStatus(gw.addr, "/x")
-		seen[body]++
-	}
+	seen := bodiesSeen(gw.addr, "/x", 10)
 	if seen["b"] == 0 {
 		t.Errorf("the target did not come back: %v", seen)
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 // TCP states of /proc/net/tcp (include/net/tcp_states.h).
@@ -48,34 +50,24 @@ func loopbackSockets(t *testing.T, f func(state, localPort, remotePort int, rxQu
 // waitSocket waits (up to 5 s) until some socket satisfies cond.
 func waitSocket(t *testing.T, what string, cond func(state, localPort, remotePort int, rxQueue int64) bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		found := false
-		loopbackSockets(t, func(st, lp, rp int, q int64) { found = found || cond(st, lp, rp, q) })
-		if found {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 5 s for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitSocketFound(t, what, true, cond)
 }
 
 // waitNoSocket waits up to 5 s until no loopback socket matches cond.
 func waitNoSocket(t *testing.T, what string, cond func(state, localPort, remotePort int, rxQueue int64) bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		found := false
-		loopbackSockets(t, func(st, lp, rp int, q int64) { found = found || cond(st, lp, rp, q) })
-		if !found {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 5 s for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
+	waitSocketFound(t, what, false, cond)
+}
+
+// waitSocketFound waits up to 5 s until whether some loopback socket matches cond is found.
+func waitSocketFound(t *testing.T, what string, found bool, cond func(state, localPort, remotePort int, rxQueue int64) bool) {
+	t.Helper()
+	if !testnet.WaitUntil(5*time.Second, func() bool {
+		seen := false
+		loopbackSockets(t, func(st, lp, rp int, q int64) { seen = seen || cond(st, lp, rp, q) })
+		return seen == found
+	}) {
+		t.Fatalf("waited 5 s for %s", what)
 	}
 }
 

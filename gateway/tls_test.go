@@ -395,25 +395,16 @@ func TestTLSSteadyUpstreamReaderBehindFullBufferNotCut(t *testing.T) {
 // right name, the TLS 502 with a wrong one.
 func TestTunnelOverUpstreamTLS(t *testing.T) {
 	pki := testnet.NewCA(t)
-	cert, _, _ := pki.IssueFiles(t, "ws", "ws.test")
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	serveScripted(t, ln, func(c net.Conn, br *bufio.Reader) {
+	addr := serveTLSScripted(t, pki, "ws.test", func(c net.Conn, br *bufio.Reader) {
 		if head, err := readHead(br); err == nil {
 			wsEcho(c, br, head)
 		}
 	})
-	addr := ln.Addr().String()
 	route := func(prefix, name string) string {
 		return fmt.Sprintf("- type: upstream\n  prefix: %s\n  target: https://%s\n  websocket: true\n  tls_ca_file: %s\n  tls_server_name: %s\n", prefix, addr, pki.CAFile, name)
 	}
 	gw := startGateway(t, "", route("/ws", "ws.test")+route("/wrong", "other.test"))
-	c, br, resp := openTunnel(t, gw.addr, upgradeRequest("/ws"))
-	if resp.StatusCode != 101 {
-		t.Fatalf("upgrade over upstream TLS: %d", resp.StatusCode)
-	}
+	c, br := mustTunnel(t, gw.addr, upgradeRequest("/ws"))
 	if _, err := io.WriteString(c, "ping"); err != nil {
 		t.Fatal(err)
 	}
@@ -436,12 +427,7 @@ func TestTunnelOverUpstreamTLS(t *testing.T) {
 // must not become the next client's answer either.
 func TestTLSBytesPastResponseDoNotPoison(t *testing.T) {
 	pki := testnet.NewCA(t)
-	cert, _, _ := pki.IssueFiles(t, "up", "up.test")
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	serveScripted(t, ln, func(c net.Conn, br *bufio.Reader) {
+	addr := serveTLSScripted(t, pki, "up.test", func(c net.Conn, br *bufio.Reader) {
 		for {
 			req, err := http.ReadRequest(br)
 			if err != nil {
@@ -456,7 +442,7 @@ func TestTLSBytesPastResponseDoNotPoison(t *testing.T) {
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond")
 		}
 	})
-	route := fmt.Sprintf("- type: upstream\n  prefix: /\n  target: https://%s\n  tls_ca_file: %s\n  tls_server_name: up.test\n  max_upstream_conns: 1\n", ln.Addr(), pki.CAFile)
+	route := fmt.Sprintf("- type: upstream\n  prefix: /\n  target: https://%s\n  tls_ca_file: %s\n  tls_server_name: up.test\n  max_upstream_conns: 1\n", addr, pki.CAFile)
 	gw := startGateway(t, "", route)
 	for i := 0; i < 5; i++ {
 		if resp := rawRequest(t, gw.addr, "GET /first HTTP/1.1\r\nHost: a\r\n\r\n"); string(resp.body) != "hello" {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"toron/internal/testnet"
 	"toron/socket"
 
 	"go.uber.org/goleak"
@@ -30,10 +31,6 @@ type wsUpstream struct {
 	ln    net.Listener
 	conns atomic.Int64
 	heads chan string
-	wg    sync.WaitGroup
-
-	mu   sync.Mutex
-	open map[net.Conn]struct{}
 }
 
 type wsHandler func(c net.Conn, br *bufio.Reader, head string)
@@ -47,49 +44,19 @@ func startWSUpstream(t *testing.T, h wsHandler) *wsUpstream {
 	if h == nil {
 		h = wsEcho
 	}
-	u := &wsUpstream{addr: ln.Addr().String(), ln: ln, heads: make(chan string, 256), open: map[net.Conn]struct{}{}}
-	u.wg.Add(1)
-	go func() {
-		defer u.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u.conns.Add(1)
-			u.mu.Lock()
-			u.open[c] = struct{}{}
-			u.mu.Unlock()
-			u.wg.Add(1)
-			go func() {
-				defer u.wg.Done()
-				defer func() {
-					u.mu.Lock()
-					delete(u.open, c)
-					u.mu.Unlock()
-					c.Close()
-				}()
-				br := bufio.NewReader(c)
-				head, err := readHead(br)
-				if err != nil {
-					return
-				}
-				select {
-				case u.heads <- head:
-				default:
-				}
-				h(c, br, head)
-			}()
+	u := &wsUpstream{addr: ln.Addr().String(), ln: ln, heads: make(chan string, 256)}
+	testnet.Serve(t, ln, func(c net.Conn) {
+		u.conns.Add(1)
+		br := bufio.NewReader(c)
+		head, err := readHead(br)
+		if err != nil {
+			return
 		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		u.mu.Lock()
-		for c := range u.open {
-			c.Close()
+		select {
+		case u.heads <- head:
+		default:
 		}
-		u.mu.Unlock()
-		u.wg.Wait()
+		h(c, br, head)
 	})
 	return u
 }

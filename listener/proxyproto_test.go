@@ -22,7 +22,6 @@ import (
 type echoServer struct {
 	ln       *ProxyListener
 	rejected atomic.Int64
-	wg       sync.WaitGroup
 
 	mu       sync.Mutex
 	readErrs []error
@@ -40,35 +39,18 @@ func startEcho(t *testing.T, allow []netip.Prefix, timeout time.Duration) *echoS
 		Timeout:  func() time.Duration { return timeout },
 		OnReject: func() { s.rejected.Add(1) },
 	})
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		for {
-			c, err := s.ln.Accept()
-			if err != nil {
-				return
-			}
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				defer c.Close()
-				// Asked before the header arrives: it applies once the header was read.
-				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-				buf := make([]byte, 512)
-				n, err := c.Read(buf)
-				if err != nil {
-					s.mu.Lock()
-					s.readErrs = append(s.readErrs, err)
-					s.mu.Unlock()
-					return
-				}
-				_, _ = io.WriteString(c, c.RemoteAddr().String()+"|"+string(buf[:n]))
-			}()
+	testnet.Serve(t, s.ln, func(c net.Conn) {
+		// Asked before the header arrives: it applies once the header was read.
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		buf := make([]byte, 512)
+		n, err := c.Read(buf)
+		if err != nil {
+			s.mu.Lock()
+			s.readErrs = append(s.readErrs, err)
+			s.mu.Unlock()
+			return
 		}
-	}()
-	t.Cleanup(func() {
-		s.ln.Close()
-		s.wg.Wait()
+		_, _ = io.WriteString(c, c.RemoteAddr().String()+"|"+string(buf[:n]))
 	})
 	return s
 }

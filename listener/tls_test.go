@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,7 +21,6 @@ import (
 type tlsEchoServer struct {
 	ln   *TLS
 	addr string
-	wg   sync.WaitGroup
 	errs chan error // the first error of each connection's goroutine
 }
 
@@ -37,37 +35,20 @@ func startTLSEcho(t *testing.T, o TLSOptions, set *metrics.Set) *tlsEchoServer {
 		t.Fatal(err)
 	}
 	s := &tlsEchoServer{ln: ln, addr: raw.Addr().String(), errs: make(chan error, 100)}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	testnet.Serve(t, ln, func(c net.Conn) {
+		br := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
+			line, err := br.ReadString('\n')
 			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					s.errs <- err
+				}
 				return
 			}
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					line, err := br.ReadString('\n')
-					if err != nil {
-						if !errors.Is(err, io.EOF) {
-							s.errs <- err
-						}
-						return
-					}
-					if _, err := io.WriteString(c, line); err != nil {
-						return
-					}
-				}
-			}()
+			if _, err := io.WriteString(c, line); err != nil {
+				return
+			}
 		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		s.wg.Wait()
 	})
 	return s
 }

@@ -35,16 +35,22 @@ var ErrInterrupted = errors.New("socket: write interrupted")
 // half-close of a lingering close. Wrappers expose it as NetConn, as *tls.Conn does.
 func Below(c net.Conn) net.Conn {
 	for {
-		w, ok := c.(interface{ NetConn() net.Conn })
-		if !ok {
-			return c
-		}
-		inner := w.NetConn()
-		if inner == nil || inner == c {
+		inner := unwrapped(c)
+		if inner == nil {
 			return c
 		}
 		c = inner
 	}
+}
+
+// unwrapped returns the connection c wraps (its NetConn), or nil when it wraps none.
+func unwrapped(c net.Conn) net.Conn {
+	if w, ok := c.(interface{ NetConn() net.Conn }); ok {
+		if inner := w.NetConn(); inner != c {
+			return inner
+		}
+	}
+	return nil
 }
 
 // Listener hands out sockets whose writes can be put under a client's sliding write window
@@ -95,20 +101,13 @@ func (s *Windowed) NetConn() net.Conn { return s.Conn }
 
 // windowedBelow returns the *Windowed below c's wrappers, or nil.
 func windowedBelow(c net.Conn) *Windowed {
-	for {
+	for c != nil {
 		if ws, ok := c.(*Windowed); ok {
 			return ws
 		}
-		inner, ok := c.(interface{ NetConn() net.Conn })
-		if !ok {
-			return nil
-		}
-		next := inner.NetConn()
-		if next == nil || next == c {
-			return nil
-		}
-		c = next
+		c = unwrapped(c)
 	}
+	return nil
 }
 
 // CountWrites makes the Windowed below c, if there is one, count the bytes it writes into n:

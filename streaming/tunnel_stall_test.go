@@ -15,7 +15,7 @@ import (
 func tlsPair(t *testing.T) (client, server net.Conn) {
 	t.Helper()
 	cert := testnet.NewCA(t).Issue(t, "tunnel.test", []string{"tunnel.test"}, time.Now().Add(time.Hour))
-	a, b := tcpPair(t)
+	a, b := testnet.Pair(t)
 	sc := tls.Server(b, &tls.Config{Certificates: []tls.Certificate{cert}})
 	cc := tls.Client(a, &tls.Config{InsecureSkipVerify: true})
 	errc := make(chan error, 1)
@@ -39,7 +39,7 @@ func TestTunnelStalledTLSPeer(t *testing.T) {
 	// read would still be ahead when it stops.
 	const readFor = idle/2 - 100*time.Millisecond
 	client, clientSide := tlsPair(t)
-	upstreamSide, upstream := tcpPair(t)
+	upstreamSide, upstream := testnet.Pair(t)
 	tun := &Tunnel{
 		Client:       TunnelEnd{Conn: clientSide},
 		Upstream:     TunnelEnd{Conn: upstreamSide},

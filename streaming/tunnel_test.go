@@ -11,35 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"toron/internal/testnet"
+
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// tcpPair returns both ends of a loopback TCP connection.
-func tcpPair(t testing.TB) (net.Conn, net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	acc := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		acc <- c
-	}()
-	a, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := <-acc
-	if b == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
-}
 
 type counter struct{ n atomic.Int64 }
 
@@ -55,8 +32,8 @@ type tunnelFixture struct {
 
 func startTunnel(t testing.TB, idle time.Duration, clientReader func(net.Conn) io.Reader) *tunnelFixture {
 	t.Helper()
-	client, clientSide := tcpPair(t)
-	upstreamSide, upstream := tcpPair(t)
+	client, clientSide := testnet.Pair(t)
+	upstreamSide, upstream := testnet.Pair(t)
 	f := &tunnelFixture{client: client, upstream: upstream, up: &counter{}, down: &counter{}, done: make(chan error, 1)}
 	var r io.Reader
 	if clientReader != nil {

@@ -1,29 +1,17 @@
 package tracing
 
 import (
-	"context"
 	"net/netip"
 	"testing"
 	"time"
-
-	"github.com/VictoriaMetrics/metrics"
 )
 
 // offlineTracer is a Tracer whose collector is never reached: its spans queue (then drop)
 // without a network round trip in the measured loop. Shutdown drops what is left.
 func offlineTracer(tb testing.TB, ratio float64) *Tracer {
 	tb.Helper()
-	tr, err := New(Options{Endpoint: "http://127.0.0.1:9/v1/traces", SampleRatio: ratio, TrustIncoming: true,
-		BatchTimeout: time.Hour}, metrics.NewSet())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = tr.Shutdown(ctx)
-	})
-	return tr
+	return newTestTracer(tb, Options{Endpoint: "http://127.0.0.1:9/v1/traces", SampleRatio: ratio, TrustIncoming: true,
+		BatchTimeout: time.Hour})
 }
 
 // oneRequest is the gateway's sequence for a request with one upstream attempt.

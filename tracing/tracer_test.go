@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"toron/internal/otlptest"
+	"toron/internal/testnet"
 
 	"github.com/VictoriaMetrics/metrics"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -42,7 +42,7 @@ func (c *collector) wait(t *testing.T, n int) []*tracepb.Span {
 }
 
 // newTestTracer builds a Tracer for endpoint with short batches; Shutdown is the test's cleanup.
-func newTestTracer(t *testing.T, o Options) *Tracer {
+func newTestTracer(t testing.TB, o Options) *Tracer {
 	t.Helper()
 	if o.BatchTimeout == 0 {
 		o.BatchTimeout = 20 * time.Millisecond
@@ -336,12 +336,7 @@ func TestTracingOff(t *testing.T) {
 // TestCollectorDown: export fails at once (nothing listens); requests do not notice, and every
 // span is counted as dropped.
 func TestCollectorDown(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testnet.RefusedAddr(t)
 	errs := make(chan error, 10)
 	tr := newTestTracer(t, Options{Endpoint: "http://" + addr + "/v1/traces", SampleRatio: 1,
 		OnError: func(err error) { errs <- err }})

@@ -206,18 +206,7 @@ func TestActiveCheckTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var conns sync.WaitGroup
-	done := make(chan struct{})
-	conns.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns.Go(func() { <-done; c.Close() })
-		}
-	})
-	defer func() { ln.Close(); close(done); conns.Wait() }()
+	testnet.Serve(t, ln, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
 	cfg := Config{Route: "r", Targets: []TargetConfig{{Addr: ln.Addr().String()}},
 		Check: &CheckConfig{Path: "/", Interval: 50 * time.Millisecond, Timeout: 100 * time.Millisecond, UnhealthyThreshold: 2, HealthyThreshold: 1}}
 	s, err := NewSet(cfg, nil)

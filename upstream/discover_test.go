@@ -208,12 +208,19 @@ func metricValue(s *Set, series string) string {
 	return ""
 }
 
-func TestDiscoveryFailedLookupKeepsTheSet(t *testing.T) {
+// twoPodSet is a set discovered from api.test, which names the two pods of a farm, refreshed
+// only when a test asks its discoverer.
+func twoPodSet(t *testing.T) (*dnstest.Server, *Set, *discoverer) {
+	t.Helper()
 	farm := testnet.NewFarm(t, 2, time.Millisecond)
 	d := dnstest.New(t)
 	d.Set("api.test", "127.0.0.2", "127.0.0.3")
 	s := discoveredSet(t, d, farm.Addr("api.test"), time.Hour, nil)
-	disc := s.firstDiscoverer()
+	return d, s, s.firstDiscoverer()
+}
+
+func TestDiscoveryFailedLookupKeepsTheSet(t *testing.T) {
+	d, s, disc := twoPodSet(t)
 	want := strings.Join(addrsOf(s), ",")
 
 	d.ServFail.Store(true)
@@ -240,11 +247,7 @@ func TestDiscoveryFailedLookupKeepsTheSet(t *testing.T) {
 }
 
 func TestDiscoveryEmptyAnswerAppliesTheSecondTime(t *testing.T) {
-	farm := testnet.NewFarm(t, 2, time.Millisecond)
-	d := dnstest.New(t)
-	d.Set("api.test", "127.0.0.2", "127.0.0.3")
-	s := discoveredSet(t, d, farm.Addr("api.test"), time.Hour, nil)
-	disc := s.firstDiscoverer()
+	d, s, disc := twoPodSet(t)
 
 	for _, empty := range []struct {
 		name string

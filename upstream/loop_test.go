@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"toron/internal/testnet"
+
 	"github.com/VictoriaMetrics/metrics"
 )
 
@@ -42,17 +44,30 @@ func oneExchange(r *Resolver, addr string) (status int, dialErr, err error) {
 // three targets one refuses every dial. Every request answers 200 (its refused attempt is
 // retried on another target), and after consecutive_failures refusals the target is ejected,
 // so it costs 5 extra dials in all, not one per request.
+// pickAttempts runs one request's attempts the way the gateway does: it picks a target not yet
+// tried (for the client IP ip), hands it to attempt with the attempt's number (1 first), and
+// picks again while attempt asks for another and a target is left.
+func pickAttempts(s *Set, ip []byte, attempt func(tg *Target, n int) (again bool)) {
+	var tried [MaxRetries + 1]*Target
+	for n := 0; n < len(tried); {
+		tg := s.Pick(ip, tried[:n]...)
+		if tg == nil {
+			return
+		}
+		tried[n] = tg
+		n++
+		if !attempt(tg, n) {
+			return
+		}
+	}
+}
+
 func TestRefusedTargetBehindRetries(t *testing.T) {
 	ok := func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }
 	a, b := httptest.NewServer(http.HandlerFunc(ok)), httptest.NewServer(http.HandlerFunc(ok))
 	defer a.Close()
 	defer b.Close()
-	dead, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadAddr := dead.Addr().String()
-	dead.Close() // nothing listens: refused
+	deadAddr := testnet.RefusedAddr(t)
 
 	ms := metrics.NewSet()
 	var events []Event
@@ -71,35 +86,27 @@ func TestRefusedTargetBehindRetries(t *testing.T) {
 	var r Resolver
 	refused := 0
 	for i := range 60 {
-		var tried [MaxRetries + 1]*Target
-		n, status := 0, 0
-		for {
-			tg := s.Pick(nil, tried[:n]...)
-			if tg == nil {
-				break
-			}
-			tried[n] = tg
-			n++
+		status := 0
+		pickAttempts(s, nil, func(tg *Target, n int) bool {
 			code, dialErr, err := oneExchange(&r, tg.Addr())
-			if dialErr != nil {
+			switch {
+			case dialErr != nil:
 				refused++
 				tg.Done(Failure, 502)
 				if n <= s.Retries() {
 					s.CountRetry()
-					continue
+					return true
 				}
 				status = 502
-				break
-			}
-			if err != nil {
+			case err != nil:
 				tg.Done(Failure, 502)
 				status = 502
-				break
+			default:
+				tg.Done(OutcomeOf(code), code)
+				status = code
 			}
-			tg.Done(OutcomeOf(code), code)
-			status = code
-			break
-		}
+			return false
+		})
 		if status != 200 {
 			t.Fatalf("request %d answered %d", i, status)
 		}

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,19 +21,18 @@ func acceptOn(t *testing.T, ip string, port int) (*atomic.Int64, int) {
 		t.Skipf("cannot listen on %s: %v", ip, err)
 	}
 	var n atomic.Int64
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			n.Add(1)
-			c.Close()
-		}
-	})
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	testnet.Serve(t, ln, func(net.Conn) { n.Add(1) })
 	return &n, ln.Addr().(*net.TCPAddr).Port
+}
+
+// dialOnce dials addr through r and closes the connection; a failed dial fails the test.
+func dialOnce(t *testing.T, r *Resolver, addr string) {
+	t.Helper()
+	c, err := r.Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	c.Close()
 }
 
 func TestResolverLocalhost(t *testing.T) {
@@ -56,11 +54,7 @@ func TestResolverLocalhost(t *testing.T) {
 	}
 	var r Resolver
 	for range 6 {
-		c, err := r.Dial(context.Background(), "localhost:"+strconv.Itoa(port))
-		if err != nil {
-			t.Fatalf("dial localhost: %v", err)
-		}
-		c.Close()
+		dialOnce(t, &r, "localhost:"+strconv.Itoa(port))
 	}
 	total := func() int64 {
 		if v6 == nil {
@@ -93,11 +87,7 @@ func TestResolverSpreadsOverAddresses(t *testing.T) {
 	}
 	addr := "api.internal:" + strconv.Itoa(port)
 	for range 10 {
-		c, err := r.Dial(context.Background(), addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Close()
+		dialOnce(t, r, addr)
 	}
 	testnet.Eventually(t, "10 connections", func() bool { return one.Load()+two.Load() == 10 })
 	if one.Load() != 5 || two.Load() != 5 {
@@ -107,11 +97,7 @@ func TestResolverSpreadsOverAddresses(t *testing.T) {
 		t.Fatalf("%d lookups for 10 dials within the TTL, want 1", lookups.Load())
 	}
 	clock.Advance(MaxDNSCacheTTL)
-	c, err := r.Dial(context.Background(), addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Close()
+	dialOnce(t, r, addr)
 	if lookups.Load() != 2 {
 		t.Fatalf("the name was not resolved again after %s", MaxDNSCacheTTL)
 	}
@@ -127,11 +113,7 @@ func TestResolverFailsOverToNextAddress(t *testing.T) {
 		return []netip.Addr{netip.MustParseAddr("127.0.0.3"), netip.MustParseAddr("127.0.0.2")}, nil
 	}}
 	for range 4 {
-		c, err := r.Dial(context.Background(), "svc:"+strconv.Itoa(port))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Close()
+		dialOnce(t, r, "svc:"+strconv.Itoa(port))
 	}
 	testnet.Eventually(t, "every dial reached the listening address", func() bool { return hits.Load() == 4 })
 }
@@ -183,11 +165,7 @@ func TestResolverWaitBoundedByDialContext(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	c, err := r.Dial(context.Background(), addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Close()
+	dialOnce(t, r, addr)
 	if lookups.Load() != 1 {
 		t.Fatalf("%d lookups, want 1 shared by every dial", lookups.Load())
 	}

@@ -95,30 +95,22 @@ func TestInflightBackToZeroUnderRandomOutcomes(t *testing.T) {
 		for w := range 16 {
 			wg.Go(func() {
 				ip := []byte{10, 0, 0, byte(w)}
-				var tried [MaxRetries + 1]*Target
 				for next.Add(1) <= 10_000 {
-					n := 0
-					for {
-						tg := s.Pick(ip, tried[:n]...)
-						if tg == nil {
-							break
-						}
-						tried[n] = tg
-						n++
+					pickAttempts(s, ip, func(tg *Target, n int) bool {
 						switch r := next.Load() % 7; {
 						case r == 0:
 							tg.Done(Neutral, 499)
 						case r <= 2 && n <= s.Retries():
 							tg.Done(Failure, 502)
 							s.CountRetry()
-							continue
+							return true
 						case r == 3:
 							tg.Done(Failure, 503)
 						default:
 							tg.Done(Success, 200)
 						}
-						break
-					}
+						return false
+					})
 				}
 			})
 		}

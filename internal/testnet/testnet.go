@@ -1,5 +1,5 @@
 // Package testnet holds the test set-ups that several packages' tests share: a loopback TCP
-// pair, a poll with a generous bound, a private certificate authority made for one test, a
+// pair, a server loop over a listener, a poll with a generous bound, a private certificate authority made for one test, a
 // farm of HTTP servers on 127.0.0.N sharing one port, and the process's CPU time.
 // Tests import it; no production code does.
 package testnet
@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -86,6 +87,13 @@ func FreePort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// RefusedAddr returns a loopback address ("127.0.0.1:port") where nothing listens: a dial to it
+// is refused.
+func RefusedAddr(t testing.TB) string {
+	t.Helper()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
+}
+
 // Pair returns both ends of a loopback TCP connection, closed when the test ends.
 func Pair(t testing.TB) (client, server net.Conn) {
 	t.Helper()
@@ -105,6 +113,49 @@ func Pair(t testing.TB) (client, server net.Conn) {
 	}
 	t.Cleanup(func() { _ = client.Close(); _ = server.Close() })
 	return client, server
+}
+
+// Serve accepts the connections of ln until it is closed, each served by handle on a goroutine
+// of its own and closed when handle returns. When the test ends it closes ln and every
+// connection still open (so that a handle blocked reading returns), then waits for every
+// handle to return.
+func Serve(t testing.TB, ln net.Listener, handle func(c net.Conn)) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	open := map[net.Conn]struct{}{}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			open[c] = struct{}{}
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() {
+					mu.Lock()
+					delete(open, c)
+					mu.Unlock()
+					_ = c.Close()
+				}()
+				handle(c)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for c := range open {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
 }
 
 // WaitUntil polls cond every 5 ms until it holds or d has passed, and reports whether it held.
