@@ -12,15 +12,20 @@ import (
 // benchmarks, so that the gateway's own cost is what differs between direct and proxied.
 func startFastUpstream(tb testing.TB) string {
 	tb.Helper()
+	body := []byte(`{"service":"api","ok":true}`)
+	return serveFast(tb, &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/json")
+		ctx.SetBody(body)
+	}})
+}
+
+// serveFast serves srv on a loopback port until the test ends and returns its address.
+func serveFast(tb testing.TB, srv *fasthttp.Server) string {
+	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	body := []byte(`{"service":"api","ok":true}`)
-	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
-		ctx.SetContentType("application/json")
-		ctx.SetBody(body)
-	}}
 	go func() { _ = srv.Serve(ln) }()
 	tb.Cleanup(func() { _ = srv.Shutdown() })
 	return ln.Addr().String()

@@ -114,24 +114,11 @@ func TestProxyProtocolTrustedSource(t *testing.T) {
 // hears of it.
 func TestProxyProtocolRejections(t *testing.T) {
 	gw, up := startProxied(t, "proxy_protocol: {enabled: true, timeout: 300ms}\n", "/api", nil)
-	// No header: a plain request.
-	c := dialRaw(t, gw.addr)
-	io.WriteString(c, "GET /api/x HTTP/1.1\r\nHost: a\r\n\r\n")
-	if !readsNothing(t, c) {
-		t.Error("a request without a PROXY header was answered")
-	}
-	// A malformed header.
-	c = dialRaw(t, gw.addr)
-	io.WriteString(c, "PROXY TCP4 nonsense\r\nGET /api/x HTTP/1.1\r\nHost: a\r\n\r\n")
-	if !readsNothing(t, c) {
-		t.Error("a malformed PROXY header was answered")
-	}
+	sendUnanswered(t, gw.addr, "GET /api/x HTTP/1.1\r\nHost: a\r\n\r\n", "a request without a PROXY header")
+	sendUnanswered(t, gw.addr, "PROXY TCP4 nonsense\r\nGET /api/x HTTP/1.1\r\nHost: a\r\n\r\n", "a malformed PROXY header")
 	// Silent: cut at the header deadline, not at read_timeout, and without a 408.
-	c = dialRaw(t, gw.addr)
 	start := time.Now()
-	if !readsNothing(t, c) {
-		t.Error("a silent connection got an answer")
-	}
+	sendUnanswered(t, gw.addr, "", "a silent connection")
 	if d := time.Since(start); d < 250*time.Millisecond || d > 4*time.Second {
 		t.Errorf("the silent connection was cut after %v, want about 300ms", d)
 	}
@@ -143,15 +130,24 @@ func TestProxyProtocolRejections(t *testing.T) {
 
 func TestProxyProtocolAllowList(t *testing.T) {
 	gw, up := startProxied(t, "proxy_protocol: {enabled: true, allow: [192.0.2.0/24]}\n", "/api", nil)
-	c := dialRaw(t, gw.addr)
 	// The header claims an allowed source: only the socket peer counts.
-	io.WriteString(c, "PROXY TCP4 192.0.2.1 10.0.0.1 1 8080\r\nGET /api/x HTTP/1.1\r\nHost: a\r\n\r\n")
-	if !readsNothing(t, c) {
-		t.Error("a connection from outside allow was answered")
-	}
+	sendUnanswered(t, gw.addr, "PROXY TCP4 192.0.2.1 10.0.0.1 1 8080\r\nGET /api/x HTTP/1.1\r\nHost: a\r\n\r\n", "a connection from outside allow")
 	waitForValue(t, func() string { return proxyRejections(gw.g) }, "1")
 	if n := up.requests.Load(); n != 0 {
 		t.Errorf("upstream saw %d requests", n)
+	}
+}
+
+// sendUnanswered writes data (nothing when empty) on a new connection to addr and fails the
+// test if the gateway answers it (what names the connection) instead of closing it.
+func sendUnanswered(t *testing.T, addr, data, what string) {
+	t.Helper()
+	c := dialRaw(t, addr)
+	if data != "" {
+		io.WriteString(c, data)
+	}
+	if !readsNothing(t, c) {
+		t.Errorf("%s was answered", what)
 	}
 }
 
@@ -173,11 +169,8 @@ func TestProxyProtocolReload(t *testing.T) {
 	if err := gw.g.Reload(loadConfig(t, "proxy_protocol: {enabled: true, timeout: 300ms}\n", upstreamRoute("/api", up.addr, ""))); err != nil {
 		t.Fatal(err)
 	}
-	c := dialRaw(t, gw.addr)
 	start := time.Now()
-	if !readsNothing(t, c) {
-		t.Error("a silent connection got an answer")
-	}
+	sendUnanswered(t, gw.addr, "", "a silent connection")
 	if d := time.Since(start); d > 4*time.Second {
 		t.Errorf("cut after %v: the reloaded 300ms timeout was not applied", d)
 	}

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"io"
-	"net"
 	"runtime"
 	"testing"
 
@@ -12,11 +11,7 @@ import (
 // startSinkUpstream is a fasthttp upstream that reads and discards request bodies as streams.
 func startSinkUpstream(tb testing.TB) string {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	srv := &fasthttp.Server{
+	return serveFast(tb, &fasthttp.Server{
 		StreamRequestBody:            true,
 		DisablePreParseMultipartForm: true,
 		MaxRequestBodySize:           1 << 30,
@@ -26,10 +21,7 @@ func startSinkUpstream(tb testing.TB) string {
 			}
 			ctx.SetBodyString("ok")
 		},
-	}
-	go func() { _ = srv.Serve(ln) }()
-	tb.Cleanup(func() { _ = srv.Shutdown() })
-	return ln.Addr().String()
+	})
 }
 
 // zeroReader yields n zero bytes without allocating.

@@ -303,25 +303,30 @@ func TestUpstreamTLSHandshakeTimeout(t *testing.T) {
 	}
 }
 
+// tlsBigGET starts a TLS gateway with write_timeout writeTimeout in front of bigHandler and
+// sends GET /big for size bytes on a TLS connection whose socket receives into rcvbuf bytes; the
+// connection is closed when the test ends.
+func tlsBigGET(t *testing.T, writeTimeout string, rcvbuf, size int) (*testGateway, *tls.Conn) {
+	t.Helper()
+	pki := testnet.NewCA(t)
+	_, c1, k1 := pki.IssueFiles(t, "gw", "gw.test")
+	up := startUpstream(t, bigHandler)
+	gw := startGateway(t, "write_timeout: "+writeTimeout+"\n"+tlsServerYAML("", c1, k1), upstreamRoute("/", up.addr, ""))
+	raw := dialRaw(t, gw.addr)
+	_ = raw.(*net.TCPConn).SetReadBuffer(rcvbuf)
+	c := tls.Client(raw, &tls.Config{RootCAs: pki.Pool, ServerName: "gw.test"})
+	fmt.Fprintf(c, "GET /big?size=%d HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", size)
+	return gw, c
+}
+
 // TestTLSSlowReaderWithFullSendBufferCompletes is TestSlowReaderWithFullSendBufferCompletes over
 // TLS: the sliding write window runs below the TLS layer (socket.Windowed), where a write blocked
 // past its deadline can go on while the client acknowledges bytes; above it, crypto/tls would
 // have to give up at the first timeout.
 func TestTLSSlowReaderWithFullSendBufferCompletes(t *testing.T) {
 	t.Parallel()
-	pki := testnet.NewCA(t)
-	_, c1, k1 := pki.IssueFiles(t, "gw", "gw.test")
-	up := startUpstream(t, bigHandler)
-	gw := startGateway(t, "write_timeout: 500ms\n"+tlsServerYAML("", c1, k1), upstreamRoute("/", up.addr, ""))
 	const size = 8 << 20
-	raw, err := net.Dial("tcp", gw.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	_ = raw.(*net.TCPConn).SetReadBuffer(64 << 10)
-	c := tls.Client(raw, &tls.Config{RootCAs: pki.Pool, ServerName: "gw.test"})
-	fmt.Fprintf(c, "GET /big?size=%d HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", size)
+	_, c := tlsBigGET(t, "500ms", 64<<10, size)
 	// At most 16 KiB every 15 ms, about 1 MB/s: the kernel wakes a blocked write of the
 	// gateway only after much more than a window's worth of that drained.
 	buf := make([]byte, 16<<10)
@@ -346,18 +351,7 @@ func TestTLSSlowReaderWithFullSendBufferCompletes(t *testing.T) {
 // TestTLSStalledReaderCut: below TLS the window still cuts a client that stops reading.
 func TestTLSStalledReaderCut(t *testing.T) {
 	t.Parallel()
-	pki := testnet.NewCA(t)
-	_, c1, k1 := pki.IssueFiles(t, "gw", "gw.test")
-	up := startUpstream(t, bigHandler)
-	gw := startGateway(t, "write_timeout: 1s\n"+tlsServerYAML("", c1, k1), upstreamRoute("/", up.addr, ""))
-	raw, err := net.Dial("tcp", gw.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	_ = raw.(*net.TCPConn).SetReadBuffer(16 << 10)
-	c := tls.Client(raw, &tls.Config{RootCAs: pki.Pool, ServerName: "gw.test"})
-	fmt.Fprintf(c, "GET /big?size=%d HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 64<<20)
+	gw, _ := tlsBigGET(t, "1s", 16<<10, 64<<20)
 	start := time.Now()
 	for connsOpen(gw.g) != 0 {
 		if time.Since(start) > 10*time.Second {
