@@ -10,10 +10,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 func startUpstream(t *testing.T) *Upstream {
@@ -243,26 +244,10 @@ func TestTCPRelayHalfCloseAndShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var served sync.WaitGroup
-	defer served.Wait()
-	defer ln.Close()
-	served.Add(1)
-	go func() {
-		defer served.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			served.Add(1)
-			go func() {
-				defer served.Done()
-				defer c.Close()
-				b, _ := io.ReadAll(c)
-				c.Write(b)
-			}()
-		}
-	}()
+	testnet.Serve(t, ln, func(c net.Conn) {
+		b, _ := io.ReadAll(c)
+		c.Write(b)
+	})
 	addr, done := startTCPRelayForTest(t, ln.Addr().String(), 1500*time.Millisecond)
 
 	c, err := net.Dial("tcp", addr)
