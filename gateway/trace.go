@@ -23,6 +23,9 @@ import (
 var (
 	hdrTraceparent = []byte(tracing.HeaderTraceparent)
 	hdrTracestate  = []byte(tracing.HeaderTracestate)
+	// The same as fasthttp normalizes them, for SetCanonical.
+	hdrTraceparentCanonical = []byte("Traceparent")
+	hdrTracestateCanonical  = []byte("Tracestate")
 )
 
 // minTraceFlush is the least time the shutdown gives the exporter for the spans still queued,
@@ -154,15 +157,16 @@ func (x *exchange) dropsTraceHeader(k []byte) bool {
 }
 
 // setTraceHeaders sets Toron's traceparent for the current attempt, and the tracestate of a
-// continued trace, on the upstream request.
+// continued trace, on the upstream request. A proxied request's attempts set them as they
+// start (AttemptStart); a tunnel's one attempt started before its request was built.
 func (x *exchange) setTraceHeaders(h *fasthttp.RequestHeader) {
-	if !x.trace.Active() {
+	if !x.trace.InAttempt() {
 		return
 	}
 	x.traceparent = x.trace.AppendTraceparent(x.traceparent[:0])
-	h.SetBytesKV(hdrTraceparent, x.traceparent)
+	h.SetCanonical(hdrTraceparentCanonical, x.traceparent)
 	if ts := x.trace.Tracestate(); ts != nil {
-		h.SetBytesKV(hdrTracestate, ts)
+		h.SetCanonical(hdrTracestateCanonical, ts)
 	}
 }
 

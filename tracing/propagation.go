@@ -1,6 +1,9 @@
 package tracing
 
-import "math/rand/v2"
+import (
+	"math/rand/v2"
+	"slices"
+)
 
 // W3C Trace Context (https://www.w3.org/TR/trace-context/): the traceparent header is
 // "version-traceid-parentid-flags", lower-case hex, 2-32-16-2 digits. Toron parses it and writes
@@ -105,8 +108,11 @@ func ValidTracestate(v []byte) bool {
 const hexDigits = "0123456789abcdef"
 
 func appendHex(dst, b []byte) []byte {
-	for _, c := range b {
-		dst = append(dst, hexDigits[c>>4], hexDigits[c&0x0f])
+	n := len(dst)
+	dst = slices.Grow(dst, 2*len(b))[:n+2*len(b)]
+	out := dst[n:]
+	for i, c := range b {
+		out[2*i], out[2*i+1] = hexDigits[c>>4], hexDigits[c&0x0f]
 	}
 	return dst
 }

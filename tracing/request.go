@@ -46,12 +46,47 @@ type Request struct {
 	continued bool
 	state     []byte // the tracestate received with a continued trace, reused
 
-	// Only for a sampled request:
-	preset preset
-	ctx    context.Context // holds the server span: the parent of the client spans
-	server trace.Span
-	client trace.Span
+	// Only for a sampled request. The SDK calls take their contexts, options and attributes
+	// from here, so that nothing of Toron's is allocated per span: the SDK's own span, its
+	// context and its snapshot at End are all a sampled request allocates (besides the path
+	// and the start and end times the SDK boxes).
+	serverCtx   spanCtx // the server span's ids over the caller's remote span (or nothing)
+	clientCtx   spanCtx // an attempt's ids over the server span's context
+	server      trace.Span
+	client      trace.Span
+	attemptAddr string // the current attempt's target, "host:port"
+	method      string // the request's method, interned when it is a common one
+	startOpts   [2]trace.SpanStartOption
+	endOpts     [1]trace.SpanEndOption
+	attrs       [9]attribute.KeyValue // one span's attributes, set in one call at its end
+
+	// Per-connection caches: a keep-alive connection's requests mostly share them.
+	name, nameMethod, namePrefix string     // the last server span name, of method and prefix
+	ip                           netip.Addr // the last client address, and its text
+	ipText                       string
 }
+
+// spanCtx is the context of one SDK Start call: it carries the ids Toron chose for the span to
+// idGenerator, over the parent's context. It lives in the Request, so handing its address to
+// the SDK allocates nothing.
+type spanCtx struct {
+	context.Context
+	ids preset
+}
+
+// Value answers the preset ids, and asks the parent context for anything else.
+func (c *spanCtx) Value(key any) any {
+	if _, ok := key.(presetKey); ok {
+		return &c.ids
+	}
+	return c.Context.Value(key)
+}
+
+// Span start options that never change, boxed once.
+var (
+	serverKind = trace.WithSpanKind(trace.SpanKindServer)
+	clientKind = trace.WithSpanKind(trace.SpanKindClient)
+)
 
 // Begin starts the trace state of a request. traceparent and tracestate are the request's
 // header values (nil when absent); trustedPeer says the peer may set them (true when
@@ -64,7 +99,7 @@ func (r *Request) Begin(t *Tracer, traceparent, tracestate []byte, trustedPeer b
 	r.attemptID = SpanID{}
 	r.attempts = 0
 	r.state = r.state[:0]
-	r.server, r.client, r.ctx = nil, nil, nil
+	r.server, r.client = nil, nil
 	if t == nil {
 		return
 	}
@@ -95,7 +130,7 @@ func (r *Request) Begin(t *Tracer, traceparent, tracestate []byte, trustedPeer b
 // startServer starts the SDK server span with the ids Begin chose; parent is the caller's span
 // of a continued trace, zero for a new trace.
 func (r *Request) startServer(parent SpanID, start time.Time) {
-	ctx := context.Background()
+	var ctx context.Context = context.Background()
 	if parent != (SpanID{}) {
 		sc := trace.SpanContextConfig{
 			TraceID:    trace.TraceID(r.traceID),
@@ -112,10 +147,12 @@ func (r *Request) startServer(parent SpanID, start time.Time) {
 		}
 		ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(sc))
 	}
-	r.preset = preset{trace: r.traceID, span: r.spanID}
-	_, r.server = r.t.tracer.Start(context.WithValue(ctx, presetKey{}, &r.preset), "HTTP",
-		trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(start))
-	r.ctx = trace.ContextWithSpan(context.Background(), r.server)
+	r.serverCtx = spanCtx{Context: ctx, ids: preset{trace: r.traceID, span: r.spanID}}
+	r.startOpts = [2]trace.SpanStartOption{serverKind, trace.WithTimestamp(start)}
+	var sctx context.Context
+	sctx, r.server = r.t.tracer.Start(&r.serverCtx, "HTTP", r.startOpts[:]...)
+	// The attempts' parent: the context the SDK made, which holds the server span.
+	r.clientCtx.Context = sctx
 }
 
 // Active reports whether the request is traced (tracing is on): then its upstream requests
@@ -171,17 +208,16 @@ func (r *Request) StartAttempt(method []byte, addr string) {
 	if !r.sampled || r.server == nil {
 		return
 	}
-	host, port := splitHostPort(addr)
-	r.preset = preset{trace: r.traceID, span: r.attemptID}
-	_, r.client = r.t.tracer.Start(context.WithValue(r.ctx, presetKey{}, &r.preset), string(method),
-		trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(
-			attribute.String(attrMethod, string(method)),
-			attribute.String(attrServerAddr, host),
-			attribute.Int(attrServerPort, port),
-			attribute.Int(attrAttempt, r.attempts),
-		))
+	r.attemptAddr = addr
+	r.method = methodString(method)
+	r.clientCtx.ids = preset{trace: r.traceID, span: r.attemptID}
+	r.startOpts = [2]trace.SpanStartOption{clientKind}
+	_, r.client = r.t.tracer.Start(&r.clientCtx, r.method, r.startOpts[:1]...)
 }
+
+// InAttempt reports whether the request is traced and an upstream attempt is open (between
+// StartAttempt and EndAttempt).
+func (r *Request) InAttempt() bool { return r.t != nil && r.attemptID != (SpanID{}) }
 
 // AppendTraceparent appends Toron's traceparent for the upstream request to dst: the request's
 // trace, the current attempt's client span as parent (the server span's before any attempt),
@@ -214,20 +250,28 @@ func (r *Request) EndAttempt(status int, failure string) {
 	if outcome == "" {
 		outcome = "ok"
 	}
+	host, port := splitHostPort(r.attemptAddr)
+	a := append(r.attrs[:0],
+		attribute.String(attrMethod, r.method),
+		attribute.String(attrServerAddr, host),
+		attribute.Int(attrServerPort, port),
+		attribute.Int(attrAttempt, r.attempts),
+		attribute.String(attrOutcome, outcome),
+	)
 	if status > 0 {
-		s.SetAttributes(attribute.Int(attrStatus, status))
+		a = append(a, attribute.Int(attrStatus, status))
 	}
-	s.SetAttributes(attribute.String(attrOutcome, outcome))
 	switch {
 	case failure != "":
-		s.SetAttributes(attribute.String(attrErrorType, failure))
+		a = append(a, attribute.String(attrErrorType, failure))
 		s.SetStatus(codes.Error, failure)
 	case status >= 500:
 		// A client span is an error for any 4xx or 5xx (semantic conventions); Toron marks
 		// only the answers that fail the target (5xx), the ones SPEC 13 counts against it.
-		s.SetAttributes(attribute.String(attrErrorType, strconv.Itoa(status)))
+		a = append(a, attribute.String(attrErrorType, strconv.Itoa(status)))
 		s.SetStatus(codes.Error, "")
 	}
+	s.SetAttributes(a...)
 	s.End()
 }
 
@@ -260,38 +304,65 @@ func (r *Request) End(o Outcome) {
 	if s == nil {
 		return
 	}
-	r.server, r.ctx = nil, nil
-	name := string(o.Method)
-	if o.RoutePrefix != "" {
-		name += " " + o.RoutePrefix
+	r.server, r.clientCtx.Context = nil, nil
+	method := methodString(o.Method)
+	if method != r.nameMethod || o.RoutePrefix != r.namePrefix || r.name == "" {
+		r.name, r.nameMethod, r.namePrefix = method, method, o.RoutePrefix
+		if o.RoutePrefix != "" {
+			r.name = method + " " + o.RoutePrefix
+		}
 	}
-	s.SetName(name)
-	attrs := make([]attribute.KeyValue, 0, 7)
-	attrs = append(attrs,
-		attribute.String(attrMethod, string(o.Method)),
+	s.SetName(r.name)
+	a := append(r.attrs[:0],
+		attribute.String(attrMethod, method),
 		attribute.String(attrPath, string(o.Path)),
 		attribute.String(attrRouteName, o.Route),
 		attribute.Int(attrStatus, o.Status),
 	)
 	if o.RoutePrefix != "" {
-		attrs = append(attrs, attribute.String(attrRoute, o.RoutePrefix))
+		a = append(a, attribute.String(attrRoute, o.RoutePrefix))
 	}
 	if o.ClientIP.IsValid() {
-		attrs = append(attrs, attribute.String(attrClientAddr, o.ClientIP.String()))
+		if o.ClientIP != r.ip || r.ipText == "" {
+			r.ip, r.ipText = o.ClientIP, o.ClientIP.String()
+		}
+		a = append(a, attribute.String(attrClientAddr, r.ipText))
 	}
 	if o.RejectReason != "" {
-		attrs = append(attrs, attribute.String(attrRejectReason, o.RejectReason))
+		a = append(a, attribute.String(attrRejectReason, o.RejectReason))
 	}
-	s.SetAttributes(attrs...)
 	switch {
 	case o.RejectReason != "":
-		s.SetAttributes(attribute.String(attrErrorType, o.RejectReason))
+		a = append(a, attribute.String(attrErrorType, o.RejectReason))
 		s.SetStatus(codes.Error, o.RejectReason)
 	case o.Status >= 500:
-		s.SetAttributes(attribute.String(attrErrorType, strconv.Itoa(o.Status)))
+		a = append(a, attribute.String(attrErrorType, strconv.Itoa(o.Status)))
 		s.SetStatus(codes.Error, "")
 	}
-	s.End(trace.WithTimestamp(o.End))
+	s.SetAttributes(a...)
+	r.endOpts[0] = trace.WithTimestamp(o.End)
+	s.End(r.endOpts[:]...)
+}
+
+// methodString returns the method as a string, without allocating for the common ones.
+func methodString(m []byte) string {
+	switch string(m) {
+	case "GET":
+		return "GET"
+	case "HEAD":
+		return "HEAD"
+	case "POST":
+		return "POST"
+	case "PUT":
+		return "PUT"
+	case "PATCH":
+		return "PATCH"
+	case "DELETE":
+		return "DELETE"
+	case "OPTIONS":
+		return "OPTIONS"
+	}
+	return string(m)
 }
 
 // splitHostPort splits "host:port"; a missing or bad port is 0.

@@ -91,6 +91,7 @@ type Options struct {
 type Tracer struct {
 	provider  *sdktrace.TracerProvider
 	tracer    trace.Tracer
+	resource  *resource.Resource
 	transport *http.Transport
 	proc      *boundedProcessor
 
@@ -169,12 +170,13 @@ func New(o Options, set *metrics.Set) (*Tracer, error) {
 	if o.ServiceVersion != "" {
 		attrs = append(attrs, attribute.String("service.version", o.ServiceVersion))
 	}
+	t.resource = resource.NewSchemaless(attrs...)
 	t.provider = sdktrace.NewTracerProvider(
 		// Toron decides sampling itself, before any SDK call (Request.Begin): the SDK sees
 		// sampled requests only, and records all it sees.
 		sdktrace.WithSampler(sdktrace.AlwaysSample()),
 		sdktrace.WithIDGenerator(idGenerator{}),
-		sdktrace.WithResource(resource.NewSchemaless(attrs...)),
+		sdktrace.WithResource(t.resource),
 		sdktrace.WithSpanProcessor(t.proc),
 	)
 	t.tracer = t.provider.Tracer("toron")
@@ -245,9 +247,9 @@ func orDefault[T int | time.Duration](v, def T) T {
 	return v
 }
 
-// presetKey carries, in the context of an SDK Start call, the ids Toron already chose for the
-// span: the SDK must not draw ids of its own, since the upstream's traceparent and the access
-// line already name them.
+// presetKey carries, in the context of an SDK Start call (spanCtx), the ids Toron already chose
+// for the span: the SDK must not draw ids of its own, since the upstream's traceparent and the
+// access line already name them.
 type presetKey struct{}
 
 // preset holds the ids of the next SDK span of a Request.
