@@ -27,8 +27,9 @@ const cpuRound = 200
 // each round sends cpuRound requests with one, then as many with the other (the order
 // alternates), and measures the process's CPU time (user + system) of each half, so that both
 // see the same machine load. It reports cpu-ratio, the median over rounds of send[1]'s CPU over
-// send[0]'s, the rounds, and extra-allocs/req, the heap allocations per request of send[1]
-// beyond send[0]'s. b.N counts the requests of each side. Both are warmed first (connections,
+// send[0]'s; base-cpu-ns/req, the median of send[0]'s CPU per request; the rounds; and
+// extra-allocs/req, the process's heap allocations per request in send[1]'s halves beyond
+// send[0]'s (background goroutines count in whichever half they run). b.N counts the requests of each side. Both are warmed first (connections,
 // pools, estimates).
 func measureCPUPaired(b *testing.B, send []func() time.Duration) {
 	for _, s := range send {
@@ -36,7 +37,7 @@ func measureCPUPaired(b *testing.B, send []func() time.Duration) {
 			s()
 		}
 	}
-	var ratios []float64
+	var ratios, base []float64
 	var allocs [2]uint64
 	var ms runtime.MemStats
 	b.ReportAllocs()
@@ -58,12 +59,15 @@ func measureCPUPaired(b *testing.B, send []func() time.Duration) {
 		done += cpuRound
 		if cpu[0] > 0 {
 			ratios = append(ratios, float64(cpu[1])/float64(cpu[0]))
+			base = append(base, float64(cpu[0])/cpuRound)
 		}
 	}
 	b.StopTimer()
 	if len(ratios) > 0 {
 		slices.Sort(ratios)
+		slices.Sort(base)
 		b.ReportMetric(ratios[len(ratios)/2], "cpu-ratio")
+		b.ReportMetric(base[len(base)/2], "base-cpu-ns/req")
 		b.ReportMetric(float64(len(ratios)), "rounds")
 		b.ReportMetric((float64(allocs[1])-float64(allocs[0]))/float64(len(ratios)*cpuRound), "extra-allocs/req")
 	}

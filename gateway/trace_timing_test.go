@@ -51,11 +51,15 @@ func BenchmarkProxySmallGETTracing(b *testing.B) {
 // off (SPEC 21: at most 1.03 at 0.01, 1.3 at 1); extra-allocs/req what tracing allocates per
 // request. The process holds the client, the upstream and the discard collector too.
 func BenchmarkTracingCPUPaired(b *testing.B) {
-	for _, ratio := range []string{"0.01", "1"} {
+	for _, ratio := range []string{"none", "0", "0.01", "1"} {
 		b.Run("ratio="+ratio, func(b *testing.B) {
 			up := startFastUpstream(b)
 			off := startGatewayB(b, "", upstreamRoute("/api", up, ""), false)
-			on := startGatewayB(b, "tracing: {endpoint: \""+discardCollector(b)+"\", sample_ratio: "+ratio+"}",
+			srv := "tracing: {endpoint: \""+discardCollector(b)+"\", sample_ratio: "+ratio+"}"
+			if ratio == "none" {
+				srv = ""
+			}
+			on := startGatewayB(b, srv,
 				upstreamRoute("/api", up, ""), false)
 			measureCPUPaired(b, []func() time.Duration{pairedClient(b, off.addr, "", nil), pairedClient(b, on.addr, "", nil)})
 		})

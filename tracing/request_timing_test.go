@@ -70,9 +70,11 @@ func BenchmarkRequest(b *testing.B) {
 			head := make([]byte, 0, 256)
 			now := time.Now()
 			b.ReportAllocs()
+			cpu := processCPU()
 			for b.Loop() {
 				head = oneRequest(&r, tr, nil, nil, head, now)
 			}
+			b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
