@@ -46,20 +46,18 @@ func BenchmarkProxySmallGETTracing(b *testing.B) {
 }
 
 // BenchmarkTracingCPUPaired is SPEC 21's measure: the small GET's CPU per request with tracing
-// on (sample_ratio 0.01, the default, and 1: every request exports a server and a client span)
-// against a gateway with tracing off, in paired rounds (measureCPUPaired). cpu-ratio is on over
-// off (SPEC 21: at most 1.03 at 0.01, 1.3 at 1); extra-allocs/req what tracing allocates per
-// request. The process holds the client, the upstream and the discard collector too.
+// on against a gateway with tracing off, in paired rounds (measureCPUPaired), at sample_ratio
+// 0.01 (the default), 1 (every request exports a server and a client span) and 0 (every
+// request unsampled: the cost of propagation alone). cpu-ratio is on over off (SPEC 21: at most
+// 1.03 at 0.01, 1.3 at 1); extra-allocs/req what tracing allocates per request, the export
+// goroutine's included. The process holds the client, the upstream and the discard collector
+// too (the collector's share is under 1%: one export request per 512 spans).
 func BenchmarkTracingCPUPaired(b *testing.B) {
-	for _, ratio := range []string{"none", "0", "0.01", "1"} {
+	for _, ratio := range []string{"0.01", "1", "0"} {
 		b.Run("ratio="+ratio, func(b *testing.B) {
 			up := startFastUpstream(b)
 			off := startGatewayB(b, "", upstreamRoute("/api", up, ""), false)
-			srv := "tracing: {endpoint: \""+discardCollector(b)+"\", sample_ratio: "+ratio+"}"
-			if ratio == "none" {
-				srv = ""
-			}
-			on := startGatewayB(b, srv,
+			on := startGatewayB(b, "tracing: {endpoint: \""+discardCollector(b)+"\", sample_ratio: "+ratio+"}",
 				upstreamRoute("/api", up, ""), false)
 			measureCPUPaired(b, []func() time.Duration{pairedClient(b, off.addr, "", nil), pairedClient(b, on.addr, "", nil)})
 		})
