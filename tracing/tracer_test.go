@@ -321,6 +321,30 @@ func TestRejectionIsErrorSpan(t *testing.T) {
 	}
 }
 
+// TestBatchExport: a full batch is exported at once, without waiting for BatchTimeout; a
+// partial one waits for it, or for Shutdown, which flushes it.
+func TestBatchExport(t *testing.T) {
+	c := newCollector(t)
+	tr := newTestTracer(t, Options{Endpoint: c.Endpoint(), SampleRatio: 1, BatchSize: 4, BatchTimeout: time.Hour})
+	var r Request
+	for range 3 { // 6 spans: one full batch of 4, and 2 left
+		serve(&r, tr, "", "", true, []int{200}, Outcome{Status: 200})
+	}
+	c.wait(t, 4)
+	time.Sleep(50 * time.Millisecond)
+	if n := len(c.Spans()); n != 4 {
+		t.Errorf("collector has %d spans before the batch timeout, want the full batch of 4", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tr.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(c.Spans()); n != 6 || tr.Dropped() != 0 {
+		t.Errorf("after Shutdown the collector has %d spans (want 6), %d dropped", n, tr.Dropped())
+	}
+}
+
 // TestTracingOff: a nil Tracer makes every method a no-op.
 func TestTracingOff(t *testing.T) {
 	var r Request
