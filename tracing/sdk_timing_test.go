@@ -50,21 +50,6 @@ func sinkTracer(tb testing.TB, sink *spanSink) *Tracer {
 	return tr
 }
 
-// BenchmarkSampledSpans is a sampled request's spans without export: Toron's calls and the
-// SDK's Start, SetAttributes and End of the server span and one client span.
-func BenchmarkSampledSpans(b *testing.B) {
-	tr := sinkTracer(b, &spanSink{})
-	var r Request
-	head := make([]byte, 0, 256)
-	now := time.Now()
-	b.ReportAllocs()
-	cpu := processCPU()
-	for b.Loop() {
-		head = oneRequest(&r, tr, nil, nil, head, now)
-	}
-	b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
-}
-
 // processCPU is the process's user and system CPU time so far, in nanoseconds: on a shared
 // machine, what a benchmark's own work took, whatever the wall clock says.
 func processCPU() int64 {
@@ -75,9 +60,9 @@ func processCPU() int64 {
 	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
-// BenchmarkSDKSpansAlone is the SDK's part of BenchmarkSampledSpans: the same two spans with
+// BenchmarkSDKSpansAlone is the SDK's part of BenchmarkRequest/sampled-no-export: the same two spans with
 // the same attributes, started and ended by direct SDK calls (context.Background, no preset
-// ids), with nothing of Toron's around them. BenchmarkSampledSpans minus this is Toron's own
+// ids), with nothing of Toron's around them. sampled-no-export minus this is Toron's own
 // cost of a sampled request's spans.
 func BenchmarkSDKSpansAlone(b *testing.B) {
 	tr := sinkTracer(b, &spanSink{})
