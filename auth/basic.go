@@ -199,7 +199,7 @@ func (b *Basic) Check(in *Input) Verdict {
 	}
 	cred := buf[:n]
 	key := sha256.Sum256(cred)
-	now := time.Now()
+	now := in.now()
 	if _, ok := b.cache.get(key, now); ok {
 		return Verdict{}
 	}

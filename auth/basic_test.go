@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/crypto/bcrypt"
 )
@@ -216,5 +217,37 @@ func TestBasicPrepareRemovesCredential(t *testing.T) {
 	b.Prepare(in.Header, &v)
 	if len(in.Header.Peek(fasthttp.HeaderAuthorization)) != 0 {
 		t.Error("Authorization is forwarded")
+	}
+}
+
+// TestCachesUseTheRequestTime: a cached credential or token is checked against the request's
+// arrival time (Input.Now), without a clock read of its own; past the entry's expiry by that time
+// it is verified again.
+func TestCachesUseTheRequestTime(t *testing.T) {
+	b, err := NewBasic(BasicOptions{UsersFile: usersFile(t, "alice", "s3cret"), CacheTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	in := input("Authorization", basicHeader("alice", "s3cret"))
+	for i, at := range []time.Duration{0, 30 * time.Second, 2 * time.Minute} {
+		in.Now = t0.Add(at)
+		if v := b.Check(in); v.Outcome != Pass {
+			t.Fatalf("check %d: %v", i, v)
+		}
+	}
+	if n := b.Hashes(); n != 2 {
+		t.Errorf("bcrypt ran %d times (a request 30 s later from the cache, one 2 min later past the 1 min TTL), want 2", n)
+	}
+	j := fileJWT(t, JWTOptions{})
+	tok := bearer(sign(t, jwt.SigningMethodES256, "e", ecKey, claims(nil)))
+	for i, at := range []time.Duration{0, time.Minute, 2 * JWTCacheMaxTTL} {
+		tok.Now = t0.Add(at)
+		if v := j.Check(tok); v.Outcome != Pass {
+			t.Fatalf("jwt check %d: %v", i, v)
+		}
+	}
+	if n := j.Verifies(); n != 2 {
+		t.Errorf("verified %d times (a minute later from the cache, past JWTCacheMaxTTL again), want 2", n)
 	}
 }

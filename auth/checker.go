@@ -2,6 +2,7 @@ package auth
 
 import (
 	"net/netip"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -15,6 +16,18 @@ type Input struct {
 	ClientIP netip.Addr
 	// Scheme is "http" or "https": the scheme the client used (or the trusted proxy said).
 	Scheme string
+	// Now is when the request arrived (the gateway's timestamp of its first byte), against
+	// which a cached credential's expiry is checked: a check reads the clock only when it is
+	// zero, or on a cache miss. It saves a clock read per request.
+	Now time.Time
+}
+
+// now is in.Now, or the clock when it is zero.
+func (in *Input) now() time.Time {
+	if in.Now.IsZero() {
+		return time.Now()
+	}
+	return in.Now
 }
 
 // Checker is one route's auth mechanism: Basic, JWT or Forward.
@@ -31,12 +44,27 @@ type Checker interface {
 	Close()
 }
 
-// setUpstream removes names from h, then sets the headers of v.
-func setUpstream(h *fasthttp.RequestHeader, names []string, v *Verdict) {
+// canonicalNames are names in fasthttp's canonical form (X-User), as Field names are.
+func canonicalNames(names []string) [][]byte {
+	out := make([][]byte, len(names))
+	for i, n := range names {
+		out[i] = fasthttp.AppendNormalizedHeaderKey(nil, n)
+	}
+	return out
+}
+
+// setUpstream removes names from h, then sets the fields of v (add: adds them, so that a
+// field appearing twice is sent twice). The names are canonical: SetCanonical skips the
+// normalizing copy of Set.
+func setUpstream(h *fasthttp.RequestHeader, names [][]byte, v *Verdict, add bool) {
 	for _, n := range names {
-		h.Del(n)
+		h.DelBytes(n)
 	}
 	for _, u := range v.Upstream {
-		h.Set(u.Name, u.Value)
+		if add {
+			h.AddBytesKV(u.Name, u.Value)
+		} else {
+			h.SetCanonical(u.Name, u.Value)
+		}
 	}
 }

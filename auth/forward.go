@@ -65,7 +65,7 @@ type Forward struct {
 	max      int64
 	inflight atomic.Int64
 	reqHdrs  []string
-	upHdrs   []string
+	upHdrs   [][]byte // canonical
 }
 
 // NewForward returns the Forward of o.
@@ -82,7 +82,7 @@ func NewForward(o ForwardOptions) (*Forward, error) {
 		}
 		addr = net.JoinHostPort(u.Hostname(), port)
 	}
-	f := &Forward{url: o.URL, timeout: o.Timeout, max: int64(o.MaxConcurrency), reqHdrs: o.RequestHeaders, upHdrs: o.UpstreamHeaders}
+	f := &Forward{url: o.URL, timeout: o.Timeout, max: int64(o.MaxConcurrency), reqHdrs: o.RequestHeaders, upHdrs: canonicalNames(o.UpstreamHeaders)}
 	if f.timeout <= 0 {
 		f.timeout = DefaultForwardTimeout
 	}
@@ -123,7 +123,8 @@ func (f *Forward) Check(in *Input) Verdict {
 	req.Header.SetBytesV(headerForwardedHost, h.Host())
 	req.Header.SetBytesV(headerForwardedURI, h.RequestURI())
 	if in.ClientIP.IsValid() {
-		req.Header.Set(headerForwardedFor, in.ClientIP.String())
+		var ip [64]byte
+		req.Header.SetBytesV(headerForwardedFor, in.ClientIP.AppendTo(ip[:0]))
 	}
 	for _, name := range f.reqHdrs {
 		if strings.EqualFold(name, fasthttp.HeaderCookie) {
@@ -145,8 +146,8 @@ func (f *Forward) Check(in *Input) Verdict {
 	if status >= 200 && status < 300 {
 		var v Verdict
 		for _, name := range f.upHdrs {
-			for _, val := range resp.Header.PeekAll(name) {
-				v.Upstream = append(v.Upstream, Header{Name: name, Value: string(val)})
+			for _, val := range resp.Header.PeekAll(string(name)) {
+				v.Upstream = append(v.Upstream, Field{Name: name, Value: append([]byte(nil), val...)})
 			}
 		}
 		return v
@@ -166,12 +167,7 @@ func (f *Forward) Check(in *Input) Verdict {
 // Prepare removes the client's own copies of the upstream headers and sets the auth service's.
 // An upstream header appearing several times in the answer is added as many times.
 func (f *Forward) Prepare(h *fasthttp.RequestHeader, v *Verdict) {
-	for _, n := range f.upHdrs {
-		h.Del(n)
-	}
-	for _, u := range v.Upstream {
-		h.Add(u.Name, u.Value)
-	}
+	setUpstream(h, f.upHdrs, v, true)
 }
 
 // Close closes the idle connections to the auth service.

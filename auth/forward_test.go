@@ -35,7 +35,7 @@ func (s *authService) seen() http.Header {
 	return s.last
 }
 
-func newForward(t *testing.T, o ForwardOptions) *Forward {
+func newForward(t testing.TB, o ForwardOptions) *Forward {
 	t.Helper()
 	f, err := NewForward(o)
 	if err != nil {

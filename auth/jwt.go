@@ -82,15 +82,18 @@ type JWTOptions struct {
 // JWKSUnknownKidInterval) and waits for it at most JWTUnknownKidWait, on the caller's goroutine,
 // which holds no worker or slot (see the package doc).
 type JWT struct {
-	src      *jwksSource
-	parser   *jwt.Parser
-	allowed  map[string]bool
-	leeway   time.Duration
-	cookie   string
-	forward  bool
-	claims   []claimHeader
-	strip    []string
-	now      func() time.Time
+	src     *jwksSource
+	parser  *jwt.Parser
+	allowed map[string]bool
+	leeway  time.Duration
+	cookie  string
+	forward bool
+	claims  []claimHeader
+	strip   [][]byte
+	now     func() time.Time
+	// clock says now is the test's clock (JWTOptions.Now), which the cache check reads too;
+	// otherwise it takes the request's arrival time (Input.Now).
+	clock    bool
 	seed     maphash.Seed
 	cache    *cache[uint64, *jwtEntry]
 	verifies atomic.Int64
@@ -101,10 +104,10 @@ type claimHeader struct {
 	claim, header string
 }
 
-// jwtEntry is a verified token and the upstream headers it gives.
+// jwtEntry is a verified token and the upstream headers it gives, built with the verification.
 type jwtEntry struct {
 	token    string
-	upstream []Header
+	upstream []Field
 }
 
 // NewJWT builds a JWT; with a JWKSURL it fetches the keys once (waiting at most
@@ -131,15 +134,19 @@ func NewJWT(o JWTOptions) (*JWT, error) {
 	default:
 		return nil, fmt.Errorf("auth: jwt from %q: must be header or cookie:NAME", o.From)
 	}
+	j.clock = j.now != nil
 	if j.now == nil {
 		j.now = time.Now
 	}
+	var strip []string
 	for claim, header := range o.ClaimsToHeaders {
+		header = string(fasthttp.AppendNormalizedHeaderKey(nil, header))
 		j.claims = append(j.claims, claimHeader{claim: claim, header: header})
-		j.strip = append(j.strip, header)
+		strip = append(strip, header)
 	}
 	slices.SortFunc(j.claims, func(a, b claimHeader) int { return strings.Compare(a.header, b.header) })
-	slices.Sort(j.strip)
+	slices.Sort(strip)
+	j.strip = canonicalNames(strip)
 	opts := []jwt.ParserOption{
 		jwt.WithValidMethods(o.Algorithms),
 		jwt.WithLeeway(o.Leeway),
@@ -186,7 +193,10 @@ func (j *JWT) Check(in *Input) Verdict {
 	if len(tok) == 0 {
 		return unauthorized(challengeBearer, bodyTokenRequired)
 	}
-	now := j.now()
+	now := in.now()
+	if j.clock {
+		now = j.now()
+	}
 	key := maphash.Bytes(j.seed, tok)
 	if e, ok := j.cache.get(key, now); ok && e.token == string(tok) {
 		return Verdict{Upstream: e.upstream}
@@ -217,7 +227,7 @@ func (j *JWT) verify(tok string, now time.Time) (*jwtEntry, time.Time, error) {
 	e := &jwtEntry{token: strings.Clone(tok)}
 	for _, c := range j.claims {
 		if v, ok := claimValue(claims[c.claim]); ok {
-			e.upstream = append(e.upstream, Header{Name: c.header, Value: v})
+			e.upstream = append(e.upstream, Field{Name: []byte(c.header), Value: []byte(v)})
 		}
 	}
 	return e, until, nil
@@ -309,7 +319,7 @@ func (j *JWT) Prepare(h *fasthttp.RequestHeader, v *Verdict) {
 			h.Del(fasthttp.HeaderAuthorization)
 		}
 	}
-	setUpstream(h, j.strip, v)
+	setUpstream(h, j.strip, v, false)
 }
 
 // Verifies is the number of tokens j has verified in full (cache misses).

@@ -16,7 +16,7 @@ import (
 )
 
 // fileJWT is a JWT over a JWKS file holding rsaA as "a" and ecKey as "e".
-func fileJWT(t *testing.T, o JWTOptions) *JWT {
+func fileJWT(t testing.TB, o JWTOptions) *JWT {
 	t.Helper()
 	testKeys(t)
 	o.JWKSFile = writeFile(t, "jwks.json", jwksJSON(rsaJWK("a", rsaA), ecJWK("e", ecKey)))

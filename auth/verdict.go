@@ -65,6 +65,12 @@ type Header struct {
 	Name, Value string
 }
 
+// Field is one header a passing verdict sets upstream, its name in fasthttp's canonical form
+// (X-User); a cached verdict's fields are built once, with the verification.
+type Field struct {
+	Name, Value []byte
+}
+
 // Verdict is the decision of one check. The zero Verdict passes with nothing to add.
 type Verdict struct {
 	// Outcome is what was decided.
@@ -73,7 +79,7 @@ type Verdict struct {
 	Challenge string
 	// Upstream holds the headers a passing verdict sets on the upstream request (claims_to_headers,
 	// forward auth's upstream_headers). It may be shared with a cache: never modify it.
-	Upstream []Header
+	Upstream []Field
 	// Status, Relay and Body are a Denied verdict's answer: the auth service's status, its
 	// WWW-Authenticate, Location, Set-Cookie and Content-Type headers, and at most
 	// ForwardMaxBodyBytes of its body. For the other refusals Body is the gateway's JSON.

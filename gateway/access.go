@@ -155,7 +155,7 @@ func (g *Gateway) authorize(h *fasthttp.RequestHeader, x *exchange, ra *routeAut
 	if ra == nil || ra.checker == nil {
 		return true
 	}
-	x.authIn = auth.Input{Header: h, ClientIP: x.clientIP}
+	x.authIn = auth.Input{Header: h, ClientIP: x.clientIP, Now: x.start}
 	if ra.forward {
 		// The listener's scheme (g.proto is protoHTTP or protoHTTPS), or the one a trusted
 		// proxy in front says the client used (SPEC 16), as the upstream request's

@@ -42,12 +42,19 @@ func BenchmarkAuthSmallGET(b *testing.B) {
 	}
 }
 
-// BenchmarkAuthPaired sends the small GET alternately to a gateway without auth and to one
-// with it, request by request (as BenchmarkClientIdentityPaired does, so that both see the same
-// machine load), both with the same credential header, and reports the ratio of their median
-// latencies (ratio-median; 1.00 is no cost) and of their summed latencies (ratio-sum). The
-// credential is cached after the first request; forward auth calls a fast local service on
-// every request.
+// BenchmarkAuthPaired measures what each access-control mechanism costs a small GET in CPU
+// (SPEC 19's targets are CPU per request: a cached JWT at most 1.1x no auth, a cached basic
+// credential 1.05x, forward auth to a fast local service 2x). A gateway without auth and one
+// with it serve the same GET with the same credential header, in interleaved rounds
+// (measureCPUPaired): cpu-ratio is the median over rounds of the process's CPU per request with
+// auth over without, base-cpu-ns/req the median CPU per request without, and extra-allocs/req
+// the heap allocations per request that auth adds. Client,
+// gateways and upstream are one process, so the ratio is that of whole requests; for forward
+// the auth service is in the process too, and its CPU (a second request served) is counted, as
+// it would be on a machine where it runs beside the gateway. The credential is cached after the
+// first request; forward auth calls the service on every request.
+//
+//	go test -run='^$' -bench=AuthPaired -benchtime=20000x ./gateway/
 func BenchmarkAuthPaired(b *testing.B) {
 	users := filepath.Join(b.TempDir(), "users")
 	writeUsers(b, users, "alice", "pw")
@@ -67,7 +74,7 @@ func BenchmarkAuthPaired(b *testing.B) {
 			plain := startGatewayB(b, "", upstreamRoute("/api", up, ""), false)
 			feat := startGatewayB(b, "", upstreamRoute("/api", up, v.route), false)
 			send := []func() time.Duration{authPairedClient(b, plain.addr, v.header, v.value), authPairedClient(b, feat.addr, v.header, v.value)}
-			measurePaired(b, send)
+			measureCPUPaired(b, send)
 		})
 	}
 }
