@@ -6,7 +6,7 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 FUZZTIME  ?= 30s
 PKGS      := ./...
 
-.PHONY: help build run test vet deps lint fuzz bench bench-ab bench-go bench-compare bench-slowloris bench-upload bench-slow-target bench-tunnel bench-tls bench-idle bench-global-rl loadtest clean
+.PHONY: help build run test vet deps lint fuzz bench bench-ab bench-go bench-compare bench-slowloris bench-upload bench-slow-target bench-tunnel bench-tls bench-idle bench-global-rl bench-auth-flood loadtest clean
 
 help: #? list the targets
 	@grep -E '^[a-z-]+:.*#\?' $(MAKEFILE_LIST) | sed -E 's/:.*#\?/\t/' | sort
@@ -35,7 +35,7 @@ deps: #? fail when a leaf package imports conf, gateway, zap or another leaf
 fuzz: #? run each fuzz target for FUZZTIME
 	@bash scripts/fuzz.sh $(FUZZTIME)
 
-bench: bench-go bench-compare bench-slowloris bench-upload bench-slow-target bench-tunnel bench-tls bench-idle bench-global-rl #? Go benchmarks (-benchmem), the peer comparison, the slowloris run, the upload ratios, the slow-target run, the tunnel run and TLS against nginx
+bench: bench-go bench-compare bench-slowloris bench-upload bench-slow-target bench-tunnel bench-tls bench-idle bench-global-rl bench-auth-flood #? Go benchmarks (-benchmem), the peer comparison, the slowloris run, the upload ratios, the slow-target run, the tunnel run and TLS against nginx
 
 bench-ab: build #? paired A/B of two Toron builds with nginx in the same rounds: make bench-ab OLD=/path/to/old-toron
 	bash scripts/ab.sh $(OLD) $(BIN)
@@ -68,8 +68,11 @@ bench-global-rl: build #? a route limited through Redis on loopback vs per insta
 	@bash scripts/need-redis.sh
 	$(GO) run ./loadtest -toron $(BIN) -scenario global-rl -rounds 3 -duration 5s
 
+bench-auth-flood: build #? wrong basic-auth passwords (bcrypt cost 10) flooding one route: /api p99 flood / idle on another, 5 interleaved rounds (exit 3: a target missed)
+	$(GO) run ./loadtest -toron $(BIN) -scenario auth-flood -rounds 5 -duration 5s
+
 SCENARIO ?= small-get
-loadtest: build #? one load-test scenario: make loadtest SCENARIO=small-get|upload|isolation|slow-client|slow-target|tunnel|tls-silent
+loadtest: build #? one load-test scenario: make loadtest SCENARIO=small-get|upload|isolation|slow-client|slow-target|tunnel|tls-silent|global-rl|auth-flood
 	$(GO) run ./loadtest -toron $(BIN) -scenario $(SCENARIO)
 
 clean: #? remove build output

@@ -44,11 +44,29 @@ func NewHashLimiter(n int, wait time.Duration) *HashLimiter {
 	return &HashLimiter{slots: make(chan struct{}, max(1, n)), wait: wait}
 }
 
-// sharedHashLimiter is the process's limiter: GOMAXPROCS slots (SPEC 19), BasicHashWait. It
-// is sized on first use, after main has settled GOMAXPROCS (procs.go may raise it at start).
+// sharedHashLimiter is the process's limiter: HashSlots slots, BasicHashWait. It is sized on
+// first use, after main has settled GOMAXPROCS (procs.go may raise it at start).
 var sharedHashLimiter = sync.OnceValue(func() *HashLimiter {
-	return NewHashLimiter(runtime.GOMAXPROCS(0), BasicHashWait)
+	return NewHashLimiter(HashSlots(runtime.GOMAXPROCS(0), runtime.NumCPU()), BasicHashWait)
 })
+
+// HashSlots is how many bcrypt comparisons may run at once in a process of procs Ps
+// (GOMAXPROCS) on cpus CPUs: one fewer than the CPUs it can use, at least one, and never more
+// than GOMAXPROCS (SPEC 19's bound).
+//
+// Why one fewer: a comparison at cost 10 runs tens of milliseconds without blocking, and the
+// Go scheduler takes a P from a running goroutine only every 10 ms. With GOMAXPROCS slots a
+// flood of wrong passwords holds every P, and each request of another route waits for such a
+// preemption: measured with the load test's auth-flood scenario on 2 CPUs (a loaded machine,
+// binaries interleaved), 2 slots put /api's p99 under the flood at 46-88 ms in every round
+// (12-38x idle), 1 slot at 5-22 ms (0.5-1.5x, within the idle rounds' own spread). With one P
+// always free of bcrypt, the other routes are scheduled at once; the flood gets the rest of
+// the machine, and its excess the 503. (Running each comparison on its own thread at nice 19
+// was tried and dropped: a starved thread that holds a P delays every stop-the-world of the
+// GC, and /api's p99 reached 117 ms.)
+func HashSlots(procs, cpus int) int {
+	return max(1, min(procs, cpus)-1)
+}
 
 // acquire takes a slot, waiting at most l.wait; false means none freed up.
 func (l *HashLimiter) acquire() bool {
@@ -76,7 +94,7 @@ type BasicOptions struct {
 	UsersFile string
 	// Realm is the realm of the challenge; "" means "toron".
 	Realm string
-	// Limiter bounds concurrent bcrypt checks; nil means the process-wide one (GOMAXPROCS
+	// Limiter bounds concurrent bcrypt checks; nil means the process-wide one (HashSlots
 	// slots, BasicHashWait).
 	Limiter *HashLimiter
 	// CacheTTL is how long a verified credential is cached; 0 means BasicCacheTTL.

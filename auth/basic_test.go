@@ -251,3 +251,18 @@ func TestCachesUseTheRequestTime(t *testing.T) {
 		t.Errorf("verified %d times (a minute later from the cache, past JWTCacheMaxTTL again), want 2", n)
 	}
 }
+
+func TestHashSlotsLeaveOneCPU(t *testing.T) {
+	for _, c := range []struct{ procs, cpus, want int }{
+		{1, 1, 1}, // the one CPU: nothing to leave
+		{2, 1, 1}, // procs.go's two Ps on one CPU
+		{2, 2, 1},
+		{4, 4, 3},
+		{2, 8, 1}, // GOMAXPROCS=2 on a larger machine: one P stays free
+		{8, 2, 1}, // more Ps than CPUs: the CPUs count
+	} {
+		if got := HashSlots(c.procs, c.cpus); got != c.want {
+			t.Errorf("HashSlots(%d Ps, %d CPUs) = %d, want %d", c.procs, c.cpus, got, c.want)
+		}
+	}
+}

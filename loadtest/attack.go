@@ -22,13 +22,15 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
-// Load is one vegeta attack: GET url at Rate per second (0: as fast as Workers allow).
+// Load is one vegeta attack: GET url at Rate per second (0: as fast as Workers allow), with
+// Header on every request when it is not nil.
 type Load struct {
 	Name    string
 	URL     string
 	Rate    int
 	Workers int
 	Timeout time.Duration
+	Header  http.Header
 }
 
 // maxRateWorkers bounds the workers vegeta may add to keep a constant rate while responses are
@@ -55,7 +57,7 @@ func (l Load) Run(d time.Duration) []vegeta.Result {
 		vegeta.MaxBody(0),
 		vegeta.Redirects(vegeta.NoFollow),
 	)
-	tr := vegeta.NewStaticTargeter(vegeta.Target{Method: http.MethodGet, URL: l.URL})
+	tr := vegeta.NewStaticTargeter(vegeta.Target{Method: http.MethodGet, URL: l.URL, Header: l.Header})
 	var rs []vegeta.Result
 	for r := range atk.Attack(tr, vegeta.Rate{Freq: l.Rate, Per: time.Second}, d, l.Name) {
 		r.Body, r.Headers = nil, nil

@@ -7,7 +7,7 @@
 //	go run ./loadtest -scenario isolation -duration 5s        # Toron, nginx and HAProxy, interleaved
 //	go run ./loadtest -scenario isolation -peers toron        # Toron alone
 //
-// Scenarios: small-get, upload, isolation, slow-client, tls-silent; and four helpers: upstream (serve the
+// Scenarios: small-get, upload, isolation, slow-client, tls-silent, auth-flood; and four helpers: upstream (serve the
 // upstream alone, for scripts/compare.sh), probe (probe a running server every -interval, for
 // scripts/slowloris.sh), naive-proxy and tcp-relay (the upload scenario's references, started
 // by it). Every request goes to 127.0.0.1. The isolation scenario measures the gateway, nginx
@@ -42,6 +42,7 @@ type options struct {
 
 	rate        int
 	rateSet     bool // -rate was given (slow-target keeps its own default otherwise)
+	apiConnsSet bool // -api-conns was given (auth-flood runs /api open loop otherwise)
 	connections int
 
 	apiRate, healthRate, floodRate int
@@ -92,19 +93,19 @@ func main() {
 	peers := fs.String("peers", "toron,nginx,haproxy", "isolation: the servers measured in the same interleaved rounds, comma-separated: toron, nginx, haproxy (loadtest/peers/)")
 	fs.StringVar(&o.nginx, "nginx", "nginx", "nginx binary for -peers nginx")
 	fs.StringVar(&o.haproxy, "haproxy", "haproxy", "haproxy binary for -peers haproxy")
-	fs.StringVar(&o.scenario, "scenario", "", "small-get, upload, isolation, slow-client, slow-target, tunnel, tls-silent, idle, global-rl; helpers: upstream, probe, ws-echo, bare-server")
+	fs.StringVar(&o.scenario, "scenario", "", "small-get, upload, isolation, slow-client, slow-target, tunnel, tls-silent, idle, global-rl, auth-flood; helpers: upstream, probe, ws-echo, bare-server")
 	fs.StringVar(&o.out, "out", "out/loadtest", "folder for the plots, tables and the gateway's log")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of each measured phase")
 	fs.StringVar(&o.target, "target", "", "measure this running server (base URL on 127.0.0.1; for upload the full URL) instead of starting the gateway")
 	fs.IntVar(&o.rate, "rate", 0, "small-get: requests per second, 0 for as fast as -connections allow; global-rl: default 5000")
 	fs.IntVar(&o.connections, "connections", 64, "small-get: concurrent connections")
-	fs.IntVar(&o.apiRate, "api-rate", 200, "slow-client, tunnel: /api requests per second; isolation: the same when -api-conns is 0")
+	fs.IntVar(&o.apiRate, "api-rate", 200, "slow-client, tunnel: /api requests per second; isolation: the same when -api-conns is 0; auth-flood: the same unless -api-conns is given")
 	fs.IntVar(&o.apiConns, "api-conns", 8, "isolation: /api keep-alive connections, each sending its next request when the last is answered (closed loop: the throughput figure); 0 for -api-rate")
 	fs.IntVar(&o.healthRate, "health-rate", 20, "isolation, slow-client: /health requests per second")
-	fs.IntVar(&o.floodRate, "flood-rate", 200, "isolation: requests per second to the saturated legacy route")
-	fs.IntVar(&o.rounds, "rounds", 0, "isolation: interleaved idle/flood rounds of every peer (default 9); upload, slow-target, tunnel: rounds of every series (default 3); medians are reported")
+	fs.IntVar(&o.floodRate, "flood-rate", 200, "isolation: requests per second to the saturated legacy route; auth-flood: wrong-password requests per second to /private")
+	fs.IntVar(&o.rounds, "rounds", 0, "isolation: interleaved idle/flood rounds of every peer (default 9); auth-flood: idle/flood rounds (default 5); upload, slow-target, tunnel: rounds of every series (default 3); medians are reported")
 	fs.IntVar(&o.bulkhead, "bulkhead", 8, "isolation: max_concurrency of /legacy/reports in the generated routes")
-	fs.Float64Var(&o.maxRatio, "max-ratio", 1.5, "isolation: target for /api p99 saturated / idle")
+	fs.Float64Var(&o.maxRatio, "max-ratio", 1.5, "isolation, auth-flood: target for /api p99 saturated (flooded) / idle")
 	fs.IntVar(&o.uploads, "uploads", 8, "upload: concurrent uploads")
 	fs.Int64Var(&o.uploadBytes, "upload-bytes", 200_000_000, "upload: bytes per upload")
 	fs.BoolVar(&o.chunked, "chunked", false, "upload with -target: send the bodies chunked instead of with a Content-Length")
@@ -133,7 +134,10 @@ func main() {
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
-	fs.Visit(func(f *flag.Flag) { o.rateSet = o.rateSet || f.Name == "rate" })
+	fs.Visit(func(f *flag.Flag) {
+		o.rateSet = o.rateSet || f.Name == "rate"
+		o.apiConnsSet = o.apiConnsSet || f.Name == "api-conns"
+	})
 	o.peers = strings.Split(*peers, ",")
 	if err := o.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -151,7 +155,7 @@ func main() {
 }
 
 // scenarios are the values of -scenario.
-var scenarios = []string{"small-get", "upload", "isolation", "slow-client", "slow-target", "tls-silent", "upstream", "probe", "naive-proxy", "tcp-relay", "tunnel", "ws-echo", "ws-upstream", "idle", "bare-server", "global-rl"}
+var scenarios = []string{"small-get", "upload", "isolation", "slow-client", "slow-target", "tls-silent", "upstream", "probe", "naive-proxy", "tcp-relay", "tunnel", "ws-echo", "ws-upstream", "idle", "bare-server", "global-rl", "auth-flood"}
 
 func (o *options) validate() error {
 	if !slices.Contains(scenarios, o.scenario) {
@@ -167,9 +171,15 @@ func (o *options) validate() error {
 	}
 	if o.rounds == 0 {
 		o.rounds = 3
-		if o.scenario == "isolation" {
+		switch o.scenario {
+		case "isolation":
 			o.rounds = isolationRounds
+		case "auth-flood":
+			o.rounds = authFloodRounds
 		}
+	}
+	if o.scenario == "auth-flood" && !o.apiConnsSet {
+		o.apiConns = 0 // open loop at -api-rate (authflood.go)
 	}
 	if o.bulkhead < 1 || o.bulkhead > 1000 {
 		return fmt.Errorf("loadtest: -bulkhead must be between 1 and 1000, got %d", o.bulkhead)
@@ -203,6 +213,8 @@ func run(o options) error {
 	switch o.scenario {
 	case "global-rl":
 		return globalRL(o)
+	case "auth-flood":
+		return authFlood(o)
 	case "small-get":
 		return smallGet(o)
 	case "upload":

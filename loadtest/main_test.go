@@ -88,3 +88,18 @@ func TestValidatePeers(t *testing.T) {
 		t.Error("-bulkhead 0 passed validation")
 	}
 }
+
+// TestValidateAuthFlood: auth-flood runs 5 rounds and /api open loop unless told otherwise.
+func TestValidateAuthFlood(t *testing.T) {
+	base := options{scenario: "auth-flood", peers: []string{"toron"}, bulkhead: 8, duration: time.Second, uploads: 8,
+		connections: 1, apiRate: 1, apiConns: 8, healthRate: 1, interval: time.Millisecond, probeTimeout: time.Second}
+	o := base
+	if err := o.validate(); err != nil || o.rounds != authFloodRounds || o.apiConns != 0 {
+		t.Errorf("auth-flood defaults: %d rounds, %d /api connections (%v), want %d and 0 (open loop)", o.rounds, o.apiConns, err, authFloodRounds)
+	}
+	o = base
+	o.apiConnsSet = true
+	if err := o.validate(); err != nil || o.apiConns != 8 {
+		t.Errorf("auth-flood with -api-conns 8: %d connections (%v)", o.apiConns, err)
+	}
+}
