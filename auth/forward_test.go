@@ -17,7 +17,7 @@ type authService struct {
 	last http.Header
 }
 
-func newAuthService(t *testing.T, h func(w http.ResponseWriter, r *http.Request)) *authService {
+func newAuthService(t testing.TB, h func(w http.ResponseWriter, r *http.Request)) *authService {
 	s := &authService{}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
