@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"fmt"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -82,17 +81,10 @@ func BenchmarkAuthPaired(b *testing.B) {
 // startFastAuthService is a forward-auth service answering 204 with X-User at once.
 func startFastAuthService(tb testing.TB) string {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+	return serveFast(tb, &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
 		ctx.Response.Header.Set("X-User", "alice")
 		ctx.SetStatusCode(fasthttp.StatusNoContent)
-	}}
-	go func() { _ = srv.Serve(ln) }()
-	tb.Cleanup(func() { _ = srv.Shutdown() })
-	return ln.Addr().String()
+	}})
 }
 
 // authPairedClient returns a function sending one small GET with the header name: value on a
