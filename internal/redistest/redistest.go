@@ -70,10 +70,7 @@ func newServer(t testing.TB, listen func(port int) []string, extra []string) *Se
 // answers PING. The server is stopped when the test ends.
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	s := newServer(t, func(port int) []string { return []string{"--port", strconv.Itoa(port)} }, extra)
-	s.start()
-	t.Cleanup(s.Stop)
-	return s
+	return startFree(t, func(port int) []string { return []string{"--port", strconv.Itoa(port)} }, nil, extra)
 }
 
 // StartTLS starts a redis-server whose only port speaks TLS (--port 0 --tls-port N), with a
@@ -83,17 +80,31 @@ func StartTLS(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	ca := testnet.NewCA(t)
 	_, certFile, keyFile := ca.IssueFiles(t, "redis", "127.0.0.1")
-	s := newServer(t, func(port int) []string {
+	return startFree(t, func(port int) []string {
 		return []string{"--port", "0", "--tls-port", strconv.Itoa(port), "--tls-cert-file", certFile,
 			"--tls-key-file", keyFile, "--tls-ca-cert-file", ca.CAFile, "--tls-auth-clients", "no"}
-	}, extra)
-	s.TLS = &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
-	s.start()
-	t.Cleanup(s.Stop)
-	return s
+	}, &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}, extra)
 }
 
-func (s *Server) start() {
+// startFree starts a server on a free port. The port is free when it is drawn, but another
+// process (a test's outgoing connection takes its port from the same ephemeral range) may bind
+// it before redis-server does: then it is drawn again, a few times.
+func startFree(t testing.TB, listen func(port int) []string, tlsConf *tls.Config, extra []string) *Server {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		s := newServer(t, listen, extra)
+		s.TLS = tlsConf
+		if s.start(attempt < 5) {
+			t.Cleanup(s.Stop)
+			return s
+		}
+	}
+}
+
+// start starts the process and waits until it answers PING. It returns false when the server
+// could not bind its port and retry is set (the process is stopped then); any other failure
+// fails the test.
+func (s *Server) start(retry bool) bool {
 	s.t.Helper()
 	s.Out = &testnet.Buffer{}
 	s.cmd = exec.Command(s.bin, s.args...)
@@ -106,15 +117,20 @@ func (s *Server) start() {
 	for {
 		err := s.ping()
 		if err == nil {
-			return
+			return true
 		}
-		if strings.Contains(s.Out.String(), "not built with TLS") {
+		out := s.Out.String()
+		if strings.Contains(out, "not built with TLS") {
 			s.Stop()
 			s.t.Skip("this redis-server was built without TLS support")
 		}
+		if retry && strings.Contains(out, "Address already in use") {
+			s.Stop()
+			return false
+		}
 		if time.Now().After(deadline) {
 			s.Stop()
-			s.t.Fatalf("redis-server on %s does not answer PING within 10s: %v\n%s", s.Addr, err, s.Out.String())
+			s.t.Fatalf("redis-server on %s does not answer PING within 10s: %v\n%s", s.Addr, err, out)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -195,7 +211,7 @@ func (s *Server) Stop() {
 }
 
 // Restart starts the server again on the same port, with its arguments.
-func (s *Server) Restart() { s.start() }
+func (s *Server) Restart() { s.start(false) }
 
 // Cluster is a Redis Cluster of masters without replicas on loopback.
 type Cluster struct {
@@ -215,7 +231,10 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	c := &Cluster{}
 	args := []string{"--cluster", "create"}
 	for i := 0; i < n; i++ {
-		s := Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
+		// The bus port is drawn as well: the default, port + 10000, lies beyond 65535 for a
+		// quarter of the ephemeral range.
+		s := Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+			"--cluster-port", strconv.Itoa(testnet.FreePort(t)))
 		c.Nodes = append(c.Nodes, s)
 		args = append(args, s.Addr)
 	}
