@@ -65,8 +65,7 @@ func appendAccessLine(b []byte, t time.Time, x *exchange, tc *lineClock) []byte 
 	b = appendJSONString(append(b, `,"reject_reason":"`...), x.reason.String())
 	b = appendJSONString(append(b, `","remote":"`...), x.conn.remoteString())
 	b = appendJSONString(append(b, `","target":"`...), x.upAddr)
-	x.ipText = x.clientIPOf().AppendTo(x.ipText[:0])
-	b = appendJSONString(append(b, `","client_ip":"`...), x.ipText)
+	b = appendJSONString(append(b, `","client_ip":"`...), x.ipTextOf(x.clientIPOf()))
 	if x.trace.Active() {
 		b = x.trace.AppendTraceID(append(b, `","trace_id":"`...)) // hex: nothing to escape
 	}

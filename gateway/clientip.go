@@ -159,6 +159,18 @@ func (x *exchange) clientIPOf() netip.Addr {
 	return listen.AddrIP(x.conn.RemoteAddr())
 }
 
+// ipTextOf returns the client IP a as text, in the exchange's buffer: X-Real-IP's value and
+// the access line's client_ip. The text is made again only when a differs from the address it
+// was made for (a connection's requests mostly share their client IP), so the address is
+// formatted once per connection rather than twice per request.
+func (x *exchange) ipTextOf(a netip.Addr) []byte {
+	if a != x.ipTextAddr || len(x.ipText) == 0 {
+		x.ipText = a.AppendTo(x.ipText[:0])
+		x.ipTextAddr = a
+	}
+	return x.ipText
+}
+
 // The forwarded headers a request from an untrusted peer loses once trusted_proxies is set
 // (SPEC 16), so that the upstream sees only what Toron vouches for.
 var (
@@ -205,6 +217,5 @@ func (x *exchange) forwardIdentity(in, out *fasthttp.RequestHeader) {
 			out.SetBytesKV(hdrXForwardedHost, v)
 		}
 	}
-	x.realIP = x.clientIP.AppendTo(x.realIP[:0])
-	out.SetBytesKV(hdrXRealIP, x.realIP)
+	out.SetBytesKV(hdrXRealIP, x.ipTextOf(x.clientIP))
 }

@@ -97,7 +97,6 @@ type exchange struct {
 	clientIP      netip.Addr // invalid until decide resolved it (see clientIPOf)
 	trustedPeer   bool       // the peer is in trusted_proxies: its forwarded headers are kept
 	untrustedPeer bool       // trusted_proxies is set and the peer is not in it: they are dropped
-	realIP        []byte     // X-Real-IP's value, reused
 	retryAfter    []byte     // the Retry-After of a rate_limit 429 (ratelimit.go)
 
 	// Access control (access.go): the check's input, and a refusal that varies per request.
@@ -111,9 +110,10 @@ type exchange struct {
 	traceparent []byte          // Toron's traceparent for the current attempt, reused
 	traceHex    []byte          // the trace id as text for the access line, reused
 
-	elapsed   time.Duration // from start to finish, for the duration histogram and the access line
-	logFields [16]zap.Field // the access line's fields, reused (logAccess)
-	ipText    []byte        // the client IP as text, reused (logAccess)
+	elapsed    time.Duration // from start to finish, for the duration histogram and the access line
+	logFields  [16]zap.Field // the access line's fields, reused (logAccess)
+	ipText     []byte        // the client IP as text, reused (ipTextOf)
+	ipTextAddr netip.Addr    // the address ipText was made for
 }
 
 // begin starts the exchange of a new request on this connection. A previous request that was
@@ -286,7 +286,7 @@ func (g *Gateway) logAccess(x *exchange) {
 func (g *Gateway) accessFields(x *exchange) []zap.Field {
 	remote := x.conn.remoteString()
 	method, path := x.method, x.path
-	x.ipText = x.clientIPOf().AppendTo(x.ipText[:0])
+	ipText := x.ipTextOf(x.clientIPOf())
 	// The buffers are reused by the connection's next request: s copies them unless the core
 	// encodes the line before Write returns (logString).
 	s := g.logString
@@ -303,7 +303,7 @@ func (g *Gateway) accessFields(x *exchange) []zap.Field {
 		zap.String("reject_reason", x.reason.String()),
 		zap.String("remote", remote),
 		zap.String("target", x.upAddr),
-		zap.String("client_ip", s(x.ipText)),
+		zap.String("client_ip", s(ipText)),
 	)
 	if x.trace.Active() {
 		x.traceHex = x.trace.AppendTraceID(x.traceHex[:0])

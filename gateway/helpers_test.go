@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,7 +18,6 @@ import (
 
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"toron/conf"
@@ -49,19 +50,23 @@ func startGateway(t *testing.T, serverYAML, routesYAML string) *testGateway {
 	return startGatewayB(t, serverYAML, routesYAML, false)
 }
 
-// startGatewayB is startGateway for tests and benchmarks; accessLog writes JSON access lines to
-// a discarding sink, so their cost is measured.
+// startGatewayB is startGateway for tests and benchmarks; accessLog writes JSON access lines as
+// the binary does (LogSink.JSONCore) to a file, so their cost is measured.
 func startGatewayB(t testing.TB, serverYAML, routesYAML string, accessLog bool) *testGateway {
 	t.Helper()
 	cfg := loadConfig(t, serverYAML, routesYAML)
 	var log *zap.Logger
 	if accessLog {
 		cfg.Log.Access = true
-		// As the binary logs: through the buffered sink (to nowhere).
-		enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
-		sink := NewLogSink(io.Discard, LogBufferBytes, LogFlushInterval)
-		t.Cleanup(func() { _ = sink.Close() })
-		log = zap.New(sink.Core(enc, zap.InfoLevel))
+		// As the binary logs: JSON lines through the buffered sink, into a file (its stderr
+		// redirected).
+		f, err := os.Create(filepath.Join(t.TempDir(), "access.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sink := NewLogSink(f, LogBufferBytes, LogFlushInterval)
+		t.Cleanup(func() { _ = sink.Close(); _ = f.Close() })
+		log = zap.New(sink.JSONCore(zap.InfoLevel))
 	}
 	g, err := New(cfg, log)
 	if err != nil {
