@@ -79,6 +79,15 @@ var (
 
 // admissionRejection maps an admission error of package limits to its answer.
 func admissionRejection(err error) *rejection {
+	// admit returns the sentinels themselves: compared first, without errors.Is's walk.
+	switch err {
+	case limits.ErrConcurrency:
+		return rejConcurrency
+	case limits.ErrElevatedBudget:
+		return rejElevatedBudget
+	case limits.ErrWorkersSaturated:
+		return rejWorkers
+	}
 	switch {
 	case errors.Is(err, limits.ErrBodyTooLarge):
 		return rejBodyTooLarge

@@ -211,7 +211,11 @@ func (g *Gateway) newServer(s *conf.Server) *fasthttp.Server {
 		NoDefaultServerHeader:        true,
 		NoDefaultContentType:         true,
 		CloseOnShutdown:              true,
-		Logger:                       fasthttpLogger{g.log},
+		// Toron never asks for ctx.Time(): its requests' clock is read once, when a connection
+		// goes active (onConnState). Lazy, fasthttp skips its own read per request (issue 32:
+		// clock reads were 3.5% of a bulkhead 503's gateway samples).
+		LazyRequestTime: true,
+		Logger:          fasthttpLogger{g.log},
 	}
 }
 

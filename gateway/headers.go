@@ -109,16 +109,15 @@ func validateHeaders(h *fasthttp.RequestHeader) error {
 				return errBadFraming // includes a bare CR
 			}
 		}
-		value = bytes.Trim(value, " \t")
 		switch {
 		case equalFold(name, hdrContentLength):
 			nCL++
-			if nCL > 1 || !isDecimal(value) {
+			if nCL > 1 || !isDecimal(trimOWS(value)) {
 				return errBadFraming
 			}
 		case equalFold(name, hdrTransferEncoding):
 			nTE++
-			if nTE > 1 || !equalFold(value, chunked) {
+			if nTE > 1 || !equalFold(trimOWS(value), chunked) {
 				return errBadFraming
 			}
 		case equalUnderscoreFold(name, hdrContentLength), equalUnderscoreFold(name, hdrTransferEncoding):
