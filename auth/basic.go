@@ -57,9 +57,9 @@ var sharedHashLimiter = sync.OnceValue(func() *HashLimiter {
 // Why one fewer: a comparison at cost 10 runs tens of milliseconds without blocking, and the
 // Go scheduler takes a P from a running goroutine only every 10 ms. With GOMAXPROCS slots a
 // flood of wrong passwords holds every P, and each request of another route waits for such a
-// preemption: measured with the load test's auth-flood scenario on 2 CPUs (a loaded machine,
-// binaries interleaved), 2 slots put /api's p99 under the flood at 46-88 ms in every round
-// (12-38x idle), 1 slot at 5-22 ms (0.5-1.5x, within the idle rounds' own spread). With one P
+// preemption: measured with the load test's auth-flood scenario on 2 CPUs (a shared machine,
+// builds interleaved), 2 slots put /api's p99 under the flood at 43-120 ms in every round
+// (17-30x idle), 1 slot at 2.5-17 ms (1.3-2.2x; docs/access-control.md). With one P
 // always free of bcrypt, the other routes are scheduled at once; the flood gets the rest of
 // the machine, and its excess the 503. (Running each comparison on its own thread at nice 19
 // was tried and dropped: a starved thread that holds a P delays every stop-the-world of the
