@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,40 +46,17 @@ func TestDiscoveryAddressesChangeUnderLoad(t *testing.T) {
 
 	var done, failed atomic.Int64
 	var firstErr atomic.Value
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			c := &http.Client{Timeout: 10 * time.Second}
-			defer c.CloseIdleConnections()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				code, body, err := getBody(c, url)
-				if err != nil || code != 200 {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, fmt.Sprintf("%d %q %v", code, body, err))
-				}
-				done.Add(1)
-			}
-		})
-	}
-	defer func() { close(stop); wg.Wait() }()
-	wait := func(what string, limit time.Duration, cond func() bool) time.Duration {
-		t.Helper()
-		start := time.Now()
-		for !cond() {
-			if time.Since(start) > limit {
-				t.Fatalf("timed out after %v waiting until %s", limit, what)
-			}
-			time.Sleep(5 * time.Millisecond)
+	c := &http.Client{Timeout: 10 * time.Second}
+	defer c.CloseIdleConnections()
+	stop := testnet.Loop(t, 8, func(int) {
+		code, body, err := getBody(c, url)
+		if err != nil || code != 200 {
+			failed.Add(1)
+			firstErr.CompareAndSwap(nil, fmt.Sprintf("%d %q %v", code, body, err))
 		}
-		return time.Since(start)
-	}
-	wait("200 requests", 20*time.Second, func() bool { return done.Load() >= 200 })
+		done.Add(1)
+	})
+	testnet.Within(t, "200 requests", 20*time.Second, func() bool { return done.Load() >= 200 })
 	for _, ip := range []string{"127.0.0.2", "127.0.0.3"} {
 		if farm.Pods[ip].Hits.Load() == 0 {
 			t.Fatalf("%s got no request", ip)
@@ -89,14 +65,14 @@ func TestDiscoveryAddressesChangeUnderLoad(t *testing.T) {
 
 	// Added: served within discovery_refresh (1s; bound 5s on a shared machine).
 	d.Set("api.test", "127.0.0.2", "127.0.0.3", "127.0.0.4")
-	took := wait("the new address serves", 5*time.Second, func() bool { return farm.Pods["127.0.0.4"].Hits.Load() > 0 })
+	took := testnet.Within(t, "the new address serves", 5*time.Second, func() bool { return farm.Pods["127.0.0.4"].Hits.Load() > 0 })
 	t.Logf("the added address served %v after the DNS change (discovery_refresh 1s)", took)
 
 	// Removed: once the set no longer has it and its requests in flight ended, no request
 	// reaches it.
 	gone := farm.Pods["127.0.0.2"]
 	d.Set("api.test", "127.0.0.3", "127.0.0.4")
-	wait("the removed address leaves the set", 5*time.Second, func() bool {
+	testnet.Within(t, "the removed address leaves the set", 5*time.Second, func() bool {
 		return metricLine(gw.g, `toron_upstream_targets{route="api"}`) == "2"
 	})
 	// A request that read the old set just before the change may still pick the address
@@ -104,10 +80,8 @@ func TestDiscoveryAddressesChangeUnderLoad(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	after := gone.Hits.Load()
 	atRemoval := done.Load()
-	wait("1,000 requests and 200 after the removal", 30*time.Second, func() bool { return done.Load() >= max(1000, atRemoval+200) })
-	close(stop)
-	wg.Wait()
-	stop = make(chan struct{})
+	testnet.Within(t, "1,000 requests and 200 after the removal", 30*time.Second, func() bool { return done.Load() >= max(1000, atRemoval+200) })
+	stop()
 	if n := failed.Load(); n != 0 {
 		t.Fatalf("%d of %d requests failed across the DNS changes; first: %v", n, done.Load(), firstErr.Load())
 	}

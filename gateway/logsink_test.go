@@ -1,14 +1,12 @@
 package gateway
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,25 +18,11 @@ import (
 	"toron/internal/testnet"
 )
 
-// lockedBuffer records what a LogSink writes, and how many writes it made.
-type lockedBuffer struct {
-	mu     sync.Mutex
-	writes int
-	b      bytes.Buffer
-}
-
-func (w *lockedBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.writes++
-	return w.b.Write(p)
-}
-
 // TestLogSinkOrderAndBounds: lines come out whole and in order across size-triggered flushes,
 // a line longer than the buffer included; nothing is written before the buffer fills or the
 // sink is flushed; Close writes the rest and may be called twice.
 func TestLogSinkOrderAndBounds(t *testing.T) {
-	w := &lockedBuffer{}
+	w := &testnet.Buffer{}
 	s := NewLogSink(w, 100, time.Hour)
 	var want strings.Builder
 	for i := range 50 {
@@ -50,8 +34,8 @@ func TestLogSinkOrderAndBounds(t *testing.T) {
 		if _, err := s.Write([]byte(line)); err != nil {
 			t.Fatal(err)
 		}
-		if i == 5 && w.writes != 0 {
-			t.Fatalf("%d writes before the buffer filled", w.writes)
+		if i == 5 && w.Writes() != 0 {
+			t.Fatalf("%d writes before the buffer filled", w.Writes())
 		}
 	}
 	if err := s.Close(); err != nil {
@@ -60,11 +44,11 @@ func TestLogSinkOrderAndBounds(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := w.b.String(); got != want.String() {
+	if got := w.String(); got != want.String() {
 		t.Fatalf("sink wrote\n%q\nwant\n%q", got, want.String())
 	}
-	if w.writes < 4 || w.writes > 8 {
-		t.Errorf("%d writes for 400 bytes through a 100-byte buffer", w.writes)
+	if w.Writes() < 4 || w.Writes() > 8 {
+		t.Errorf("%d writes for 400 bytes through a 100-byte buffer", w.Writes())
 	}
 }
 
@@ -76,7 +60,7 @@ func TestAccessLinesThroughSink(t *testing.T) {
 	up := startUpstream(t, nil)
 	cfg := loadConfig(t, "", upstreamRoute("/api", up.addr, ""))
 	cfg.Log.Access = true
-	w := &lockedBuffer{}
+	w := &testnet.Buffer{}
 	sink := NewLogSink(w, LogBufferBytes, time.Hour)
 	g, err := New(cfg, zap.New(sink.Core(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zap.InfoLevel)))
 	if err != nil {
@@ -100,9 +84,7 @@ func TestAccessLinesThroughSink(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		_ = sink.Flush()
-		w.mu.Lock()
-		n := strings.Count(w.b.String(), `"msg":"request"`)
-		w.mu.Unlock()
+		n := strings.Count(w.String(), `"msg":"request"`)
 		if n == len(paths) {
 			break
 		}
@@ -114,9 +96,7 @@ func TestAccessLinesThroughSink(t *testing.T) {
 	if err := sink.Close(); err != nil {
 		t.Fatal(err)
 	}
-	w.mu.Lock()
-	out := w.b.String()
-	w.mu.Unlock()
+	out := w.String()
 	i := 0
 	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
 		var got struct {

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -120,42 +119,19 @@ func TestDiscoveryAddsAndRemovesUnderLoad(t *testing.T) {
 
 	var done, errs atomic.Int64
 	var firstErr atomic.Value
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if _, err := send(s); err != nil {
-					errs.Add(1)
-					firstErr.CompareAndSwap(nil, err)
-				}
-				done.Add(1)
-			}
-		})
-	}
-	waitFor := func(what string, limit time.Duration, cond func() bool) time.Duration {
-		start := time.Now()
-		for !cond() {
-			if time.Since(start) > limit {
-				close(stop)
-				wg.Wait()
-				t.Fatalf("timed out after %v waiting until %s", limit, what)
-			}
-			time.Sleep(5 * time.Millisecond)
+	stop := testnet.Loop(t, 8, func(int) {
+		if _, err := send(s); err != nil {
+			errs.Add(1)
+			firstErr.CompareAndSwap(nil, err)
 		}
-		return time.Since(start)
-	}
-	waitFor("200 requests", 20*time.Second, func() bool { return done.Load() >= 200 })
+		done.Add(1)
+	})
+	testnet.Within(t, "200 requests", 20*time.Second, func() bool { return done.Load() >= 200 })
 
 	// An address added: served within discovery_refresh (generous: 10x for a shared machine).
 	added := farm.Pods["127.0.0.4"]
 	d.Set("api.test", "127.0.0.2", "127.0.0.3", "127.0.0.4")
-	took := waitFor("the new address serves", 10*refresh, func() bool { return added.Hits.Load() > 0 })
+	took := testnet.Within(t, "the new address serves", 10*refresh, func() bool { return added.Hits.Load() > 0 })
 	t.Logf("a new address served %v after the DNS change (discovery_refresh %v)", took, refresh)
 
 	// An address removed: no longer picked; what was in flight on it finishes.
@@ -168,22 +144,21 @@ func TestDiscoveryAddsAndRemovesUnderLoad(t *testing.T) {
 	}
 	gonePool := gone.Attached().(*httpPool)
 	d.Set("api.test", "127.0.0.3", "127.0.0.4")
-	waitFor("the removed address leaves the set", 10*refresh, func() bool { return len(s.Targets()) == 2 })
-	waitFor("its in-flight requests finish", 5*time.Second, func() bool { return gone.InFlight() == 0 })
+	testnet.Within(t, "the removed address leaves the set", 10*refresh, func() bool { return len(s.Targets()) == 2 })
+	testnet.Within(t, "its in-flight requests finish", 5*time.Second, func() bool { return gone.InFlight() == 0 })
 	// A request that read the old set just before the change may still pick it (a pick before
 	// the removal): a grace far above one request's time lets those end too.
 	time.Sleep(300 * time.Millisecond)
-	waitFor("its in-flight requests finish", 5*time.Second, func() bool { return gone.InFlight() == 0 })
+	testnet.Within(t, "its in-flight requests finish", 5*time.Second, func() bool { return gone.InFlight() == 0 })
 	after := removed.Hits.Load()
 	if !gonePool.closed.Load() {
 		t.Error("the removed address's pool was not closed")
 	}
 	atRemoval := done.Load()
-	waitFor("1,000 requests and 200 after the removal", 30*time.Second, func() bool {
+	testnet.Within(t, "1,000 requests and 200 after the removal", 30*time.Second, func() bool {
 		return done.Load() >= max(1000, atRemoval+200)
 	})
-	close(stop)
-	wg.Wait()
+	stop()
 	if n := errs.Load(); n != 0 {
 		t.Fatalf("%d of %d requests failed across the DNS changes, first: %v", n, done.Load(), firstErr.Load())
 	}

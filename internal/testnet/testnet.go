@@ -1,5 +1,5 @@
 // Package testnet holds the test set-ups that several packages' tests share: a loopback TCP
-// pair, a server loop over a listener, a poll with a generous bound, a private certificate authority made for one test, a
+// pair, a server loop over a listener, a load loop, polls with a generous bound, a private certificate authority made for one test, a
 // farm of HTTP servers on 127.0.0.N sharing one port, and the process's CPU time.
 // Tests import it; no production code does.
 package testnet
@@ -156,6 +156,40 @@ func Serve(t testing.TB, ln net.Listener, handle func(c net.Conn)) {
 		mu.Unlock()
 		wg.Wait()
 	})
+}
+
+// Loop calls call over and over on each of n goroutines (worker 0 .. n-1), the load of a test,
+// until the returned stop is called: stop waits for every goroutine to return, may be called
+// more than once, and is called when the test ends.
+func Loop(t testing.TB, n int, call func(worker int)) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				call(i)
+			}
+		})
+	}
+	stop = sync.OnceFunc(func() { close(done); wg.Wait() })
+	t.Cleanup(stop)
+	return stop
+}
+
+// Within polls cond every 5 ms until it holds and returns how long that took; it fails the
+// test when cond has not held within limit (what names the awaited condition).
+func Within(t testing.TB, what string, limit time.Duration, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if !WaitUntil(limit, cond) {
+		t.Fatalf("timed out after %v waiting until %s", limit, what)
+	}
+	return time.Since(start)
 }
 
 // WaitUntil polls cond every 5 ms until it holds or d has passed, and reports whether it held.
