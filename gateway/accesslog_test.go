@@ -5,12 +5,10 @@ import (
 )
 
 func TestAccessLogLine(t *testing.T) {
-	up := startUpstream(t, nil)
-	addr, logs := startLoggedGateway(t, "", upstreamRoute("/api", up.addr, "max_body_bytes: 10"))
-	rawRequest(t, addr, "POST /api/a?q=1 HTTP/1.1\r\nHost: a\r\nX-Request-Id: rid-7\r\nContent-Length: 5\r\n\r\nhello")
-	rawRequest(t, addr, "POST /api/a HTTP/1.1\r\nHost: a\r\nContent-Length: 50\r\n\r\n")
-	rawRequest(t, addr, "GET /health HTTP/1.1\r\nHost: a\r\n\r\n")
-	entries := accessLines(t, logs, 2) // health is not logged
+	entries, up := accessLinesOf(t, "", "max_body_bytes: 10", 2, // health is not logged
+		"POST /api/a?q=1 HTTP/1.1\r\nHost: a\r\nX-Request-Id: rid-7\r\nContent-Length: 5\r\n\r\nhello",
+		"POST /api/a HTTP/1.1\r\nHost: a\r\nContent-Length: 50\r\n\r\n",
+		"GET /health HTTP/1.1\r\nHost: a\r\n\r\n")
 	first := entries[0].ContextMap()
 	want := map[string]any{
 		"request_id": "rid-7", "route": "/api", "method": "POST", "path": "/api/a",

@@ -111,12 +111,10 @@ func TestForwardedHeadersWithoutTrustedProxies(t *testing.T) {
 }
 
 func TestAccessLogClientIP(t *testing.T) {
-	up := startUpstream(t, nil)
-	addr, logs := startLoggedGateway(t, "trusted_proxies: [127.0.0.0/8]\n", upstreamRoute("/api", up.addr, ""))
-	rawRequest(t, addr, "GET /api/a HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 2001:db8::7\r\n\r\n")
-	rawRequest(t, addr, "GET /nowhere HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 198.51.100.1\r\n\r\n")
-	rawRequest(t, addr, "GET /api/a HTTP/1.1\r\nHost: a\r\nBad Header: x\r\n\r\n")
-	entries := accessLines(t, logs, 3)
+	entries, _ := accessLinesOf(t, "trusted_proxies: [127.0.0.0/8]\n", "", 3,
+		"GET /api/a HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 2001:db8::7\r\n\r\n",
+		"GET /nowhere HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 198.51.100.1\r\n\r\n",
+		"GET /api/a HTTP/1.1\r\nHost: a\r\nBad Header: x\r\n\r\n")
 	for i, want := range []string{"2001:db8::7", "198.51.100.1", "127.0.0.1"} {
 		if got := entries[i].ContextMap()["client_ip"]; got != want {
 			t.Errorf("line %d: client_ip %v, want %s", i, got, want)

@@ -358,6 +358,19 @@ func startLoggedGateway(t *testing.T, serverYAML, routesYAML string) (string, *o
 	return serveGateway(t, g), logs
 }
 
+// accessLinesOf starts an echo upstream behind a gateway with serverYAML and the access log on,
+// routing /api to it with the route keys extra; it sends each of reqs on a connection of its
+// own and returns the n access lines they made (accessLines) and the upstream.
+func accessLinesOf(t *testing.T, serverYAML, extra string, n int, reqs ...string) ([]observer.LoggedEntry, *upstream) {
+	t.Helper()
+	up := startUpstream(t, nil)
+	addr, logs := startLoggedGateway(t, serverYAML, upstreamRoute("/api", up.addr, extra))
+	for _, req := range reqs {
+		rawRequest(t, addr, req)
+	}
+	return accessLines(t, logs, n), up
+}
+
 // accessLines waits up to 5 s for n access lines and returns them; a count other than n fails
 // the test.
 func accessLines(t *testing.T, logs *observer.ObservedLogs, n int) []observer.LoggedEntry {
