@@ -33,6 +33,9 @@ type Gateway struct {
 
 	srv *fasthttp.Server
 	ln  atomic.Pointer[listener] // set by Serve, read by Shutdown and the metrics
+	// shut is set by Shutdown: a Serve that stores its listener after Shutdown looked for it
+	// closes it itself (fasthttp's Shutdown ends only the Serve calls it already knows).
+	shut atomic.Bool
 
 	snap atomic.Pointer[snapshot]
 
@@ -452,6 +455,9 @@ func (g *Gateway) Serve(ln net.Listener) error {
 	}
 	l := newListener(ln, g)
 	g.ln.Store(l)
+	if g.shut.Load() {
+		_ = l.Close() // Shutdown came first: Serve returns at its first Accept
+	}
 	return g.srv.Serve(l)
 }
 
@@ -466,6 +472,7 @@ func (g *Gateway) Draining() bool { return g.draining.Load() }
 // still open then is closed. It returns ctx's error when requests had to be cut.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.Drain()
+	g.shut.Store(true)
 	// The HTTPS redirect listener closes with this one (SPEC 20, redirect.go).
 	redirDone := make(chan error, 1)
 	go func() { redirDone <- g.shutdownRedirect(ctx) }()
@@ -474,6 +481,11 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		err = rerr
 	}
 	l := g.ln.Load()
+	if l != nil {
+		// Closed already when fasthttp knew it; else a Serve that stored it before shut was
+		// set has not reached fasthttp yet, and returns at its first Accept.
+		_ = l.Close()
+	}
 	if err == nil && l != nil {
 		// fasthttp no longer counts a hijacked connection (an HTTP/1.0 client's body of
 		// unknown length, streamToHTTP10); the listener still does, until its close.

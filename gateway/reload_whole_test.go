@@ -1,11 +1,16 @@
 package gateway
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"go.uber.org/zap"
 
 	"toron/internal/testnet"
 )
@@ -83,5 +88,36 @@ func TestReloadWithRedirectRoute(t *testing.T) {
 	gw := startGateway(t, "", routes)
 	if err := gw.g.Reload(loadConfig(t, "", routes)); err != nil {
 		t.Fatalf("a reload with a redirect route was refused: %v", err)
+	}
+}
+
+// TestShutdownBeforeServe: a Shutdown that comes before Serve had started (a test's cleanup
+// on a loaded machine, a signal at start-up) still ends Serve: fasthttp's own Shutdown does
+// nothing for a listener it does not know yet, and Serve would then accept forever.
+func TestShutdownBeforeServe(t *testing.T) {
+	g, err := New(loadConfig(t, "", upstreamRoute("/api", testnet.RefusedAddr(t), "")), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := g.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ln) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Serve after Shutdown: %v, want nil", err)
+		}
+	case <-time.After(5 * time.Second):
+		_ = ln.Close() // let the goroutine end
+		<-done
+		t.Fatal("Serve after Shutdown still serves")
 	}
 }
