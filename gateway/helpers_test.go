@@ -344,6 +344,11 @@ func upstreamRoute(prefix, addr, extra string) string {
 	return fmt.Sprintf("- type: upstream\n  prefix: %s\n  target: http://%s\n%s", prefix, addr, indent(extra, "  "))
 }
 
+// httpsRoute is upstreamRoute for an https:// target.
+func httpsRoute(prefix, addr, extra string) string {
+	return fmt.Sprintf("- type: upstream\n  prefix: %s\n  target: https://%s\n%s", prefix, addr, indent(extra, "  "))
+}
+
 // startLoggedGateway is startGateway with the access log on, recorded: the lines it writes
 // are in the returned logs (accessLines waits for them).
 func startLoggedGateway(t *testing.T, serverYAML, routesYAML string) (string, *observer.ObservedLogs) {

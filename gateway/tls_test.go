@@ -247,9 +247,7 @@ func TestUpstreamTLS(t *testing.T) {
 	pki := testnet.NewCA(t)
 	upCert, _, _ := pki.IssueFiles(t, "up", "up.test", "127.0.0.1")
 	addr := startTLSUpstream(t, upCert)
-	route := func(prefix, extra string) string {
-		return fmt.Sprintf("- type: upstream\n  prefix: %s\n  target: https://%s\n%s", prefix, addr, indent(extra, "  "))
-	}
+	route := func(prefix, extra string) string { return httpsRoute(prefix, addr, extra) }
 	routes := route("/ca", "tls_ca_file: "+pki.CAFile) +
 		route("/named", "tls_ca_file: "+pki.CAFile+"\ntls_server_name: up.test") +
 		route("/wrong", "tls_ca_file: "+pki.CAFile+"\ntls_server_name: other.test") +
@@ -292,7 +290,7 @@ func TestUpstreamTLS(t *testing.T) {
 func TestUpstreamTLSHandshakeTimeout(t *testing.T) {
 	// The ClientHello is read and never answered; the connection stays open until the test ends.
 	addr := startScriptedUpstream(t, func(c net.Conn, br *bufio.Reader) { _, _ = io.Copy(io.Discard, br) })
-	gw := startGateway(t, "", fmt.Sprintf("- type: upstream\n  prefix: /\n  target: https://%s\n  connect_timeout: 1s\n  tls_insecure_skip_verify: true\n", addr))
+	gw := startGateway(t, "", httpsRoute("/", addr, "connect_timeout: 1s\ntls_insecure_skip_verify: true"))
 	start := time.Now()
 	rr := rawRequest(t, gw.addr, "GET / HTTP/1.1\r\nHost: gw.test\r\n\r\n")
 	if d := time.Since(start); rr.StatusCode != 502 || d < 900*time.Millisecond || d > 6*time.Second {
@@ -380,7 +378,7 @@ func TestTLSSteadyUpstreamReaderBehindFullBufferNotCut(t *testing.T) {
 	pki := testnet.NewCA(t)
 	upCert, _, _ := pki.IssueFiles(t, "up", "127.0.0.1")
 	addr := startTLSUpstream(t, upCert, steadyReader(16<<10, 15*time.Millisecond)) // at most about 1 MB/s
-	gw := startGateway(t, "", fmt.Sprintf("- type: upstream\n  prefix: /up\n  target: https://%s\n  tls_ca_file: %s\n  max_body_bytes: 64MiB\n  write_timeout: 500ms\n  read_timeout: 30s\n", addr, pki.CAFile))
+	gw := startGateway(t, "", httpsRoute("/up", addr, "tls_ca_file: "+pki.CAFile+"\nmax_body_bytes: 64MiB\nwrite_timeout: 500ms\nread_timeout: 30s"))
 	postWhole(t, "a steady TLS upstream reader", "http://"+gw.addr+"/up/x", size)
 }
 
@@ -395,7 +393,7 @@ func TestTunnelOverUpstreamTLS(t *testing.T) {
 		}
 	})
 	route := func(prefix, name string) string {
-		return fmt.Sprintf("- type: upstream\n  prefix: %s\n  target: https://%s\n  websocket: true\n  tls_ca_file: %s\n  tls_server_name: %s\n", prefix, addr, pki.CAFile, name)
+		return httpsRoute(prefix, addr, "websocket: true\ntls_ca_file: "+pki.CAFile+"\ntls_server_name: "+name)
 	}
 	gw := startGateway(t, "", route("/ws", "ws.test")+route("/wrong", "other.test"))
 	c, br := mustTunnel(t, gw.addr, upgradeRequest("/ws"))
@@ -436,7 +434,7 @@ func TestTLSBytesPastResponseDoNotPoison(t *testing.T) {
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond")
 		}
 	})
-	route := fmt.Sprintf("- type: upstream\n  prefix: /\n  target: https://%s\n  tls_ca_file: %s\n  tls_server_name: up.test\n  max_upstream_conns: 1\n", addr, pki.CAFile)
+	route := httpsRoute("/", addr, "tls_ca_file: "+pki.CAFile+"\ntls_server_name: up.test\nmax_upstream_conns: 1")
 	gw := startGateway(t, "", route)
 	for i := 0; i < 5; i++ {
 		if resp := rawRequest(t, gw.addr, "GET /first HTTP/1.1\r\nHost: a\r\n\r\n"); string(resp.body) != "hello" {
