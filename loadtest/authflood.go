@@ -148,8 +148,9 @@ func authFlood(o options) error {
 		rs, ticks, other, steal, wall := phase(api, flood)
 		s, f := Summarize("", rs[0]), Summarize("", rs[1])
 		// The upstream answers /api and nothing else of this phase: a refused flood request
-		// never reaches it.
-		r.leaked += up.APIRequests.Load() - before - int64(s.Requests)
+		// never reaches it. Only /api's answered requests came through (one the client gave
+		// up on may not have reached it, and would hide a leaked flood request).
+		r.leaked += up.APIRequests.Load() - before - int64(s.OK)
 		r.apiFlood, r.flood = append(r.apiFlood, rs[0]), append(r.flood, rs[1])
 		r.p99Flood, r.rateFlood = append(r.p99Flood, float64(s.P99)), append(r.rateFlood, okRate(s))
 		r.cpuFlood = append(r.cpuFlood, phaseCPU(ticks, s))
