@@ -104,7 +104,7 @@ func TestLogSinkFlushesWithinInterval(t *testing.T) {
 // after SIGTERM (no drain delay, so the exit, not the timer, writes them).
 func TestAccessLogFlushedOnBinary(t *testing.T) {
 	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {})
-	cmd, stderr, base := startGateway(t, "  drain_delay: 0s\n", true, "routes:\n"+upstreamRoute("/", upAddr))
+	cmd, stderr, base := startGateway(t, "  drain_delay: 0s\n", "  access: true\n", "routes:\n"+upstreamRoute("/", upAddr))
 	accessLines := func() int { return strings.Count(stderr.String(), `"msg":"request"`) }
 
 	get := func(path string) { get(t, nil, base+path) }

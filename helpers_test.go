@@ -139,21 +139,38 @@ func upstreamRoute(prefix, addr string) string {
 	return fmt.Sprintf("  - type: upstream\n    prefix: %s\n    target: http://%s\n", prefix, addr)
 }
 
-// serverYAML is the config.yaml of a gateway on 127.0.0.1:port: the server lines given (each
-// indented two spaces and ending in a newline), then log.access.
-func serverYAML(port int, server string, access bool) string {
-	return fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n%slog:\n  access: %v\n", port, server, access)
+// serverYAML is the config.yaml of a gateway on 127.0.0.1:port: the server lines given, then
+// the log lines (each indented two spaces and ending in a newline).
+func serverYAML(port int, server, log string) string {
+	return fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n%slog:\n%s", port, server, log)
 }
 
-// startGateway starts the binary on a free port with serverYAML(port, server, access) and
-// routes, written into a temporary directory; it returns startBinary's process, stderr and
-// base URL.
-func startGateway(t *testing.T, server string, access bool, routes string) (*exec.Cmd, *testnet.Buffer, string) {
+// gatewayFiles are a test gateway's config.yaml and routes.yaml, in dir, for port.
+type gatewayFiles struct {
+	dir, config, routes string
+	port                int
+}
+
+// writeGateway writes serverYAML(a free port, server, log) and routes into a temporary
+// directory.
+func writeGateway(t *testing.T, server, log, routes string) gatewayFiles {
 	t.Helper()
-	port := testnet.FreePort(t)
-	dir := t.TempDir()
-	cfg := writeFile(t, dir, "config.yaml", serverYAML(port, server, access))
-	return startBinary(t, cfg, writeFile(t, dir, "routes.yaml", routes), port)
+	g := gatewayFiles{dir: t.TempDir(), port: testnet.FreePort(t)}
+	g.config = writeFile(t, g.dir, "config.yaml", serverYAML(g.port, server, log))
+	g.routes = writeFile(t, g.dir, "routes.yaml", routes)
+	return g
+}
+
+// start starts the binary on the files (startBinary).
+func (g gatewayFiles) start(t *testing.T) (*exec.Cmd, *testnet.Buffer, string) {
+	t.Helper()
+	return startBinary(t, g.config, g.routes, g.port)
+}
+
+// startGateway writes the files (writeGateway) and starts the binary on them.
+func startGateway(t *testing.T, server, log, routes string) (*exec.Cmd, *testnet.Buffer, string) {
+	t.Helper()
+	return writeGateway(t, server, log, routes).start(t)
 }
 
 // get returns the status and body of a GET of url through c (nil: http.DefaultClient); a

@@ -59,7 +59,7 @@ func TestCompressMemoryBound(t *testing.T) {
 	})
 	for _, enc := range []string{"br", "zstd", "gzip"} {
 		t.Run(enc, func(t *testing.T) {
-			cmd, _, base := startGateway(t, "  worker_pool_size: 1100\n  worker_queue_timeout: 10s\n  connect_timeout: 30s\n  response_header_timeout: 60s\n  drain_delay: 0s\n", false,
+			cmd, _, base := startGateway(t, "  worker_pool_size: 1100\n  worker_queue_timeout: 10s\n  connect_timeout: 30s\n  response_header_timeout: 60s\n  drain_delay: 0s\n", "  access: false\n",
 				fmt.Sprintf("routes:\n  - {type: upstream, prefix: /, target: \"http://%s\", max_upstream_conns: 1100, compress: true}\n", upAddr))
 			addr := strings.TrimPrefix(base, "http://")
 

@@ -23,7 +23,7 @@ func TestGlobalRateLimitThreeProcesses(t *testing.T) {
 		upstreamRoute("/api", upAddr), rate, burst)
 	var bases []string
 	for range 3 {
-		_, _, base := startGateway(t, fmt.Sprintf("  drain_delay: 0s\n  redis: {addrs: [%q], timeout: 500ms}\n", redisAddr), false, routes)
+		_, _, base := startGateway(t, fmt.Sprintf("  drain_delay: 0s\n  redis: {addrs: [%q], timeout: 500ms}\n", redisAddr), "  access: false\n", routes)
 		bases = append(bases, base)
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}, Timeout: 5 * time.Second}

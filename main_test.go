@@ -165,7 +165,7 @@ func TestGracefulShutdown(t *testing.T) {
 	var releaseOnce sync.Once
 	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
 
-	cmd, stderr, base := startGateway(t, "  drain_delay: 2s\n  shutdown_timeout: 20s\n", true, "routes:\n"+upstreamRoute("/", upAddr))
+	cmd, stderr, base := startGateway(t, "  drain_delay: 2s\n  shutdown_timeout: 20s\n", "  access: true\n", "routes:\n"+upstreamRoute("/", upAddr))
 
 	type result struct {
 		status int
@@ -249,7 +249,7 @@ func TestGracefulShutdown(t *testing.T) {
 // (SPEC 9): /health keeps answering 503 draining; a second SIGTERM then ends the delay early.
 func TestSignalsDuringDrain(t *testing.T) {
 	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {})
-	cmd, stderr, base := startGateway(t, "  drain_delay: 60s\n  shutdown_timeout: 5s\n", false, "routes:\n"+upstreamRoute("/", upAddr))
+	cmd, stderr, base := startGateway(t, "  drain_delay: 60s\n  shutdown_timeout: 5s\n", "  access: false\n", "routes:\n"+upstreamRoute("/", upAddr))
 	done := exited(cmd)
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -358,12 +358,9 @@ func TestReloadOnSIGHUP(t *testing.T) {
 		io.WriteString(w, r.URL.Path)
 	})
 
-	port := testnet.FreePort(t)
-	dir := t.TempDir()
-	serverYAML := fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\nlog:\n  level: info\n  access: false\n", port)
-	cfg := writeFile(t, dir, "config.yaml", serverYAML)
-	routes := writeFile(t, dir, "routes.yaml", "routes:\n"+upstreamRoute("/a", upAddr))
-	cmd, stderr, base := startBinary(t, cfg, routes, port)
+	g := writeGateway(t, "  drain_delay: 0s\n", "  level: info\n  access: false\n", "routes:\n"+upstreamRoute("/a", upAddr))
+	dir := g.dir
+	cmd, stderr, base := g.start(t)
 	if statusOf(t, base+"/b/x") != 404 {
 		t.Fatal("route /b exists before the reload")
 	}
@@ -380,7 +377,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	}
 
 	writeFile(t, dir, "routes.yaml", "routes:\n"+upstreamRoute("/a", upAddr)+upstreamRoute("/b", upAddr))
-	writeFile(t, dir, "config.yaml", strings.Replace(serverYAML, fmt.Sprint(port), fmt.Sprint(port+1), 1))
+	writeFile(t, dir, "config.yaml", serverYAML(g.port+1, "  drain_delay: 0s\n", "  level: info\n  access: false\n"))
 	cmd.Process.Signal(syscall.SIGHUP)
 	waitLogged(t, stderr, "server.port", "port change not refused")
 
@@ -398,17 +395,12 @@ func TestReloadOnSIGHUP(t *testing.T) {
 // the running format again is not, whatever the reloads in between asked for.
 func TestReloadLogFormatNamesTheRunningEncoder(t *testing.T) {
 	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {})
-	port := testnet.FreePort(t)
-	dir := t.TempDir()
-	serverYAML := func(format string) string {
-		return fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\nlog:\n  format: %s\n  access: false\n", port, format)
-	}
-	cfg := writeFile(t, dir, "config.yaml", serverYAML("json"))
-	routes := writeFile(t, dir, "routes.yaml", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /a\n    target: http://%s\n", upAddr))
-	cmd, stderr, _ := startBinary(t, cfg, routes, port)
+	logLines := func(format string) string { return "  format: " + format + "\n  access: false\n" }
+	g := writeGateway(t, "  drain_delay: 0s\n", logLines("json"), "routes:\n"+upstreamRoute("/a", upAddr))
+	cmd, stderr, _ := g.start(t)
 	reloadTo := func(format string, reloads int) {
 		t.Helper()
-		writeFile(t, dir, "config.yaml", serverYAML(format))
+		writeFile(t, g.dir, "config.yaml", serverYAML(g.port, "  drain_delay: 0s\n", logLines(format)))
 		cmd.Process.Signal(syscall.SIGHUP)
 		waitFor(t, stderr, fmt.Sprintf("reload %d not logged", reloads), func() bool {
 			return strings.Count(stderr.String(), "configuration reloaded") >= reloads
@@ -430,7 +422,7 @@ func TestReloadLogFormatNamesTheRunningEncoder(t *testing.T) {
 // so that Prometheus ingests counters, gauges and histograms as such rather than untyped.
 func TestMetricsAreTyped(t *testing.T) {
 	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {})
-	cmd, stderr, base := startGateway(t, "  drain_delay: 0s\n", false, "routes:\n"+upstreamRoute("/a", upAddr))
+	cmd, stderr, base := startGateway(t, "  drain_delay: 0s\n", "  access: false\n", "routes:\n"+upstreamRoute("/a", upAddr))
 	statusOf(t, base+"/a/x")
 	_, b := get(t, nil, base+"/metrics")
 	want := map[string]string{

@@ -25,7 +25,7 @@ func TestSIGTERMWithOpenTunnel(t *testing.T) {
 	ws := demo.ServeWSEcho(ln, true) // the load test's raw echo: bytes back as they come
 	t.Cleanup(func() { _ = ws.Close() })
 	up := ws.Addr()
-	cmd, stderr, base := startGateway(t, "  drain_delay: 1s\n  shutdown_timeout: 2s\n", true, "routes:\n"+upstreamRoute("/ws", up)+"    websocket: true\n")
+	cmd, stderr, base := startGateway(t, "  drain_delay: 1s\n  shutdown_timeout: 2s\n", "  access: true\n", "routes:\n"+upstreamRoute("/ws", up)+"    websocket: true\n")
 
 	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -51,47 +50,6 @@ func metricValue(t *testing.T, base, sample string) string {
 	return ""
 }
 
-// kubeVolume lays out a directory as the kubelet's atomic writer updates a ConfigMap volume
-// (the same layout as conf's watch tests): a timestamped directory, a ..data symlink to it,
-// each key a symlink through ..data; publish swaps ..data with one rename.
-type kubeVolume struct {
-	dir string
-	n   int
-	cur string
-}
-
-func (k *kubeVolume) publish(t *testing.T, files map[string]string) {
-	t.Helper()
-	k.n++
-	ts := fmt.Sprintf("..2026_12_01_09_00_%02d.%09d", k.n, 987654321-k.n)
-	if err := os.Mkdir(filepath.Join(k.dir, ts), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, content := range files {
-		writeFile(t, filepath.Join(k.dir, ts), name, content)
-	}
-	tmp := filepath.Join(k.dir, "..data_tmp")
-	if err := os.Symlink(ts, tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(k.dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-	for name := range files {
-		if _, err := os.Lstat(filepath.Join(k.dir, name)); os.IsNotExist(err) {
-			if err := os.Symlink(filepath.Join("..data", name), filepath.Join(k.dir, name)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if k.cur != "" {
-		if err := os.RemoveAll(filepath.Join(k.dir, k.cur)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	k.cur = ts
-}
-
 // TestWatchKubeletSwapReloadsBinary: a real process started with TORON_WATCH=1 on a
 // ConfigMap-style volume reloads on each ..data swap, as SIGHUP does: a new route is served;
 // an invalid update is refused and counted while the old table keeps serving; the valid update
@@ -101,11 +59,11 @@ func TestWatchKubeletSwapReloadsBinary(t *testing.T) {
 		io.WriteString(w, r.URL.Path)
 	})
 	port := testnet.FreePort(t)
-	serverYAML := fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\nlog:\n  access: false\n", port)
+	serverYAML := serverYAML(port, "  drain_delay: 0s\n", "  access: false\n")
 	route := func(prefix string) string { return upstreamRoute(prefix, upAddr) }
-	k := &kubeVolume{dir: t.TempDir()}
-	k.publish(t, map[string]string{"config.yaml": serverYAML, "routes.yaml": "routes:\n" + route("/a")})
-	cmd, stderr, base := startWatchingBinary(t, filepath.Join(k.dir, "config.yaml"), filepath.Join(k.dir, "routes.yaml"), port, true)
+	k := &testnet.KubeVolume{Dir: t.TempDir()}
+	k.Publish(t, map[string]string{"config.yaml": serverYAML, "routes.yaml": "routes:\n" + route("/a")})
+	cmd, stderr, base := startWatchingBinary(t, filepath.Join(k.Dir, "config.yaml"), filepath.Join(k.Dir, "routes.yaml"), port, true)
 
 	status := func(path string) int { return statusOf(t, base+path) }
 	waitFor := func(what string, cond func() bool) { t.Helper(); waitFor(t, stderr, what, cond) }
@@ -113,10 +71,10 @@ func TestWatchKubeletSwapReloadsBinary(t *testing.T) {
 		t.Fatal("route /b exists before the update")
 	}
 
-	k.publish(t, map[string]string{"config.yaml": serverYAML, "routes.yaml": "routes:\n" + route("/a") + route("/b")})
+	k.Publish(t, map[string]string{"config.yaml": serverYAML, "routes.yaml": "routes:\n" + route("/a") + route("/b")})
 	waitFor("route /b not served after the ..data swap", func() bool { return status("/b/x") == 200 })
 
-	k.publish(t, map[string]string{"config.yaml": serverYAML, "routes.yaml": "routes:\n  - type: upstream\n    prefix: nope\n    target: http://x\n"})
+	k.Publish(t, map[string]string{"config.yaml": serverYAML, "routes.yaml": "routes:\n  - type: upstream\n    prefix: nope\n    target: http://x\n"})
 	waitFor("invalid update not counted", func() bool { return metricValue(t, base, "toron_config_reload_errors_total") == "1" })
 	// The count and the log line are two writes: wait for the line too.
 	waitFor("invalid update not logged as refused", func() bool { return strings.Contains(stderr.String(), "reload refused") })
@@ -124,7 +82,7 @@ func TestWatchKubeletSwapReloadsBinary(t *testing.T) {
 		t.Error("old configuration stopped serving after an invalid update")
 	}
 
-	k.publish(t, map[string]string{"config.yaml": serverYAML, "routes.yaml": "routes:\n" + route("/c")})
+	k.Publish(t, map[string]string{"config.yaml": serverYAML, "routes.yaml": "routes:\n" + route("/c")})
 	waitFor("route /c not served after the valid update that followed the invalid one", func() bool { return status("/c/x") == 200 })
 	if status("/a/x") != 404 {
 		t.Error("route /a still served after the update that removed it")
@@ -142,15 +100,10 @@ func TestWatchKubeletSwapReloadsBinary(t *testing.T) {
 // gateway; a rewrite with the same bytes does not count as a reload.
 func TestWatchRenameOverReloadsBinary(t *testing.T) {
 	upAddr := startTestUpstream(t, func(w http.ResponseWriter, r *http.Request) {})
-	port := testnet.FreePort(t)
-	dir := t.TempDir()
-	cfgYAML := fmt.Sprintf("server:\n  host: 127.0.0.1\n  port: %d\n  drain_delay: 0s\nlog:\n  access: false\n", port)
-	cfg := writeFile(t, dir, "config.yaml", cfgYAML)
-	routesYAML := func(prefix string) string {
-		return fmt.Sprintf("routes:\n  - type: upstream\n    prefix: %s\n    target: http://%s\n", prefix, upAddr)
-	}
-	routes := writeFile(t, dir, "routes.yaml", routesYAML("/a"))
-	cmd, stderr, base := startWatchingBinary(t, cfg, routes, port, false)
+	routesYAML := func(prefix string) string { return "routes:\n" + upstreamRoute(prefix, upAddr) }
+	g := writeGateway(t, "  drain_delay: 0s\n", "  access: false\n", routesYAML("/a"))
+	dir, routes := g.dir, g.routes
+	cmd, stderr, base := startWatchingBinary(t, g.config, routes, g.port, false)
 	renameOver := func(name, content string) {
 		t.Helper()
 		tmp := writeFile(t, dir, "."+name+".swp", content)
@@ -159,7 +112,11 @@ func TestWatchRenameOverReloadsBinary(t *testing.T) {
 		}
 	}
 
-	renameOver("config.yaml", cfgYAML) // same bytes: no reload
+	same, err := os.ReadFile(g.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renameOver("config.yaml", string(same)) // same bytes: no reload
 	renameOver("routes.yaml", routesYAML("/z"))
 	waitFor(t, stderr, "route /z not served after the rename", func() bool { return statusOf(t, base+"/z/x") == 200 })
 	time.Sleep(1500 * time.Millisecond) // any second reload would have happened by now

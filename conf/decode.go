@@ -278,38 +278,37 @@ func yamlLiteral(v any) string {
 // fromEnv converts the text of an environment variable into the Go type of kind k. Unlike
 // YAML, every environment value is text, so here "8080" is an integer.
 func fromEnv(s string, k kind) (any, error) {
+	var v any
+	var err error
 	switch k {
 	case kindString:
 		return s, nil
 	case kindInt:
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			return nil, fmt.Errorf("%q is not %s", s, k.describe())
-		}
-		return n, nil
+		v, err = strconv.Atoi(s)
 	case kindSize:
 		return parseSize(s)
 	case kindFloat:
-		f, err := strconv.ParseFloat(s, 64)
-		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-			return nil, fmt.Errorf("%q is not %s", s, k.describe())
+		var f float64
+		if f, err = strconv.ParseFloat(s, 64); err == nil && (math.IsNaN(f) || math.IsInf(f, 0)) {
+			err = errors.New("not finite")
 		}
-		return f, nil
+		v = f
 	case kindBool:
-		b, err := strconv.ParseBool(s)
-		if err != nil {
-			return nil, fmt.Errorf("%q is not %s", s, k.describe())
-		}
-		return b, nil
+		v, err = strconv.ParseBool(s)
 	case kindDuration:
 		return parseDuration(s)
 	case kindStrings:
 		return envList(s), nil
 	case kindStrMap:
 		return envStringMap(s)
+	default:
+		// A mapping is set key by key (TORON_SERVER__PROXY_PROTOCOL__ENABLED).
+		return nil, fmt.Errorf("cannot be set from the environment")
 	}
-	// A mapping is set key by key (TORON_SERVER__PROXY_PROTOCOL__ENABLED).
-	return nil, fmt.Errorf("cannot be set from the environment")
+	if err != nil {
+		return nil, fmt.Errorf("%q is not %s", s, k.describe())
+	}
+	return v, nil
 }
 
 // parseDuration parses a Go duration; a bare number has no unit and is refused.

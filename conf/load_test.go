@@ -459,34 +459,35 @@ func TestShippedFiles(t *testing.T) {
 	if cfg.ConfigFile != "config.yaml" || cfg.RoutesFile != "routes.yaml" {
 		t.Errorf("files = %q, %q", cfg.ConfigFile, cfg.RoutesFile)
 	}
+	// What a route inherits from the shipped server section, then each route's own values.
+	inherited := Effective{
+		MaxBodyBytes: 4194304, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
+		ResponseHeaderTimeout: 10 * time.Second, ConnectTimeout: 3 * time.Second, MinProgressBytes: 1024,
+		InboundChunkedMode: "normalize", StreamRequestBody: StreamAuto,
+	}
+	with := func(set func(e *Effective)) Effective { e := inherited; set(&e); return e }
 	want := map[string]Effective{
-		"/legacy/upload": {
-			MaxBodyBytes: 209715200, ReadTimeout: 10 * time.Second, WriteTimeout: 5 * time.Second,
-			ResponseHeaderTimeout: 10 * time.Second, ConnectTimeout: 3 * time.Second, MinProgressBytes: 1024,
-			InboundChunkedMode: "normalize", MaxConcurrency: 16, MaxConcurrencySource: SourceExplicit,
-			MaxUpstreamConns: 16, StreamRequestBody: StreamAlways, Elevated: true,
-			ElevatedReasons: []string{"max_body_bytes 209715200 > server 4194304", "read_timeout 10s > server 5s"},
-		},
-		"/api": {
-			MaxBodyBytes: 4194304, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
-			ResponseHeaderTimeout: 10 * time.Second, ConnectTimeout: 3 * time.Second, MinProgressBytes: 1024,
-			InboundChunkedMode: "normalize", MaxConcurrency: 0, MaxConcurrencySource: SourceUnlimited,
-			MaxUpstreamConns: 512, StreamRequestBody: StreamAuto,
-		},
-		"/legacy/reports": {
-			MaxBodyBytes: 4194304, ReadTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second,
-			ResponseHeaderTimeout: 60 * time.Second, ConnectTimeout: 3 * time.Second, MinProgressBytes: 1024,
-			InboundChunkedMode: "normalize", MaxConcurrency: 8, MaxConcurrencySource: SourceExplicit,
-			MaxUpstreamConns: 8, StreamRequestBody: StreamAuto, Elevated: true,
-			ElevatedReasons: []string{"write_timeout 30s > server 5s", "response_header_timeout 1m > server 10s"},
-		},
-		"/legacy/stream-upload": {
-			MaxBodyBytes: 524288000, ReadTimeout: 15 * time.Second, WriteTimeout: 5 * time.Second,
-			ResponseHeaderTimeout: 10 * time.Second, ConnectTimeout: 3 * time.Second, MinProgressBytes: 1024,
-			InboundChunkedMode: "passthrough", MaxConcurrency: 32, MaxConcurrencySource: SourceGuardrail,
-			MaxUpstreamConns: 32, StreamRequestBody: StreamAlways, Elevated: true,
-			ElevatedReasons: []string{"max_body_bytes 524288000 > server 4194304", "read_timeout 15s > server 5s"},
-		},
+		"/legacy/upload": with(func(e *Effective) {
+			e.MaxBodyBytes, e.ReadTimeout = 209715200, 10*time.Second
+			e.MaxConcurrency, e.MaxConcurrencySource, e.MaxUpstreamConns = 16, SourceExplicit, 16
+			e.StreamRequestBody, e.Elevated = StreamAlways, true
+			e.ElevatedReasons = []string{"max_body_bytes 209715200 > server 4194304", "read_timeout 10s > server 5s"}
+		}),
+		"/api": with(func(e *Effective) {
+			e.MaxConcurrency, e.MaxConcurrencySource, e.MaxUpstreamConns = 0, SourceUnlimited, 512
+		}),
+		"/legacy/reports": with(func(e *Effective) {
+			e.WriteTimeout, e.ResponseHeaderTimeout = 30*time.Second, 60*time.Second
+			e.MaxConcurrency, e.MaxConcurrencySource, e.MaxUpstreamConns = 8, SourceExplicit, 8
+			e.Elevated = true
+			e.ElevatedReasons = []string{"write_timeout 30s > server 5s", "response_header_timeout 1m > server 10s"}
+		}),
+		"/legacy/stream-upload": with(func(e *Effective) {
+			e.MaxBodyBytes, e.ReadTimeout, e.InboundChunkedMode = 524288000, 15*time.Second, "passthrough"
+			e.MaxConcurrency, e.MaxConcurrencySource, e.MaxUpstreamConns = 32, SourceGuardrail, 32
+			e.StreamRequestBody, e.Elevated = StreamAlways, true
+			e.ElevatedReasons = []string{"max_body_bytes 524288000 > server 4194304", "read_timeout 15s > server 5s"}
+		}),
 	}
 	if len(cfg.Routes) != len(want) {
 		t.Fatalf("%d routes, want %d", len(cfg.Routes), len(want))

@@ -1,56 +1,13 @@
 package conf
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+	"toron/internal/testnet"
 )
-
-// writePair writes a self-signed ECDSA P-256 certificate for names, valid until notAfter,
-// and its key, into dir; generated per test, never committed.
-func writePair(t *testing.T, dir, base string, names []string, notAfter time.Time) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: base},
-		DNSNames:     names,
-		NotBefore:    notAfter.Add(-48 * time.Hour),
-		NotAfter:     notAfter,
-		IsCA:         true, BasicConstraintsValid: true,
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile = filepath.Join(dir, base+".crt")
-	keyFile = filepath.Join(dir, base+".key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile
-}
 
 func tlsConfig(certs ...string) string {
 	var b strings.Builder
@@ -65,8 +22,8 @@ func TestTLSLoad(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	exp := time.Now().Add(30 * 24 * time.Hour).Truncate(time.Second)
-	c1, k1 := writePair(t, dir, "a", []string{"a.example.com", "*.example.com"}, exp)
-	c2, k2 := writePair(t, dir, "b", []string{"b.test"}, exp)
+	c1, k1 := testnet.SelfSigned(t, dir, "a", []string{"a.example.com", "*.example.com"}, exp)
+	c2, k2 := testnet.SelfSigned(t, dir, "b", []string{"b.test"}, exp)
 	cfg := mustLoad(t, tlsConfig(c1, k1, c2, k2)+"    client_ca_file: \""+c2+"\"\n  read_timeout: 7s\n", okRoute)
 	tl := cfg.Server.TLS
 	if tl == nil || len(tl.Certs) != 2 {
@@ -111,8 +68,8 @@ func TestTLSErrors(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	exp := time.Now().Add(time.Hour)
-	c1, k1 := writePair(t, dir, "a", []string{"a.test"}, exp)
-	_, k2 := writePair(t, dir, "b", []string{"b.test"}, exp)
+	c1, k1 := testnet.SelfSigned(t, dir, "a", []string{"a.test"}, exp)
+	_, k2 := testnet.SelfSigned(t, dir, "b", []string{"b.test"}, exp)
 	missing := filepath.Join(dir, "missing.pem")
 	unreadable := filepath.Join(dir, "dir.pem")
 	if err := os.Mkdir(unreadable, 0o700); err != nil {
@@ -151,7 +108,7 @@ func TestTLSErrors(t *testing.T) {
 func TestTLSExpiredIsAWarning(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	c1, k1 := writePair(t, dir, "old", []string{"a.test"}, time.Now().Add(-time.Hour))
+	c1, k1 := testnet.SelfSigned(t, dir, "old", []string{"a.test"}, time.Now().Add(-time.Hour))
 	cfg := mustLoad(t, tlsConfig(c1, k1), okRoute)
 	if len(cfg.Warnings) != 1 || !strings.Contains(cfg.Warnings[0], "server.tls.certs[0]: "+c1+" expired on ") {
 		t.Errorf("warnings: %q", cfg.Warnings)
@@ -161,7 +118,7 @@ func TestTLSExpiredIsAWarning(t *testing.T) {
 func TestTLSReloadCompatible(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	c1, k1 := writePair(t, dir, "a", []string{"a.test"}, time.Now().Add(time.Hour))
+	c1, k1 := testnet.SelfSigned(t, dir, "a", []string{"a.test"}, time.Now().Add(time.Hour))
 	plain := mustLoad(t, "", okRoute)
 	withTLS := mustLoad(t, tlsConfig(c1, k1), okRoute)
 	if err := withTLS.ReloadCompatible(plain); err == nil || err.Error() != "config.yaml: server.tls: cannot change on reload (absent -> present): restart the gateway to apply it" {
@@ -170,7 +127,7 @@ func TestTLSReloadCompatible(t *testing.T) {
 	if err := plain.ReloadCompatible(withTLS); err == nil || !strings.Contains(err.Error(), "server.tls: cannot change on reload (present -> absent)") {
 		t.Errorf("TLS turned off by a reload: err = %v", err)
 	}
-	c2, k2 := writePair(t, dir, "b", []string{"b.test"}, time.Now().Add(time.Hour))
+	c2, k2 := testnet.SelfSigned(t, dir, "b", []string{"b.test"}, time.Now().Add(time.Hour))
 	if err := mustLoad(t, tlsConfig(c2, k2)+"    min_version: \"1.3\"\n", okRoute).ReloadCompatible(withTLS); err != nil {
 		t.Errorf("new certificates and version refused: %v", err)
 	}
@@ -179,7 +136,7 @@ func TestTLSReloadCompatible(t *testing.T) {
 func TestRouteTLS(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	ca, _ := writePair(t, dir, "ca", []string{"up.test"}, time.Now().Add(time.Hour))
+	ca, _ := testnet.SelfSigned(t, dir, "ca", []string{"up.test"}, time.Now().Add(time.Hour))
 	cfg := mustLoad(t, "", route(
 		`type: upstream, prefix: /a, target: "https://127.0.0.1:9443", tls_ca_file: "`+ca+`", tls_server_name: up.test`,
 		`type: upstream, prefix: /b, target: "https://127.0.0.1:9444", tls_insecure_skip_verify: true`,
@@ -213,7 +170,7 @@ func TestRouteTLS(t *testing.T) {
 func TestTLSFiles(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	c1, k1 := writePair(t, dir, "a", []string{"a.test"}, time.Now().Add(time.Hour))
+	c1, k1 := testnet.SelfSigned(t, dir, "a", []string{"a.test"}, time.Now().Add(time.Hour))
 	cfg := mustLoad(t, tlsConfig(c1, k1, c1, k1)+"    client_ca_file: \""+c1+"\"\n", route(
 		`type: upstream, prefix: /a, target: "https://127.0.0.1:1", tls_ca_file: "`+c1+`"`,
 		`type: upstream, prefix: /b, target: "http://127.0.0.1:1"`,

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"toron/internal/testnet"
 )
 
 // TestTrafficKeys: SPEC 20's route keys load with their defaults and show in -check.
@@ -114,16 +115,7 @@ func TestTrafficValidation(t *testing.T) {
 		{up + `compress: yes`, "compress", "must be a mapping"},
 	}
 	for _, c := range cases {
-		_, err := loadStrings("", route(c.entry))
-		errs := configErrors(t, err)
-		if len(errs) != 1 {
-			t.Errorf("%s: want one error, got %v", c.entry, err)
-			continue
-		}
-		e := errs[0]
-		if e.File != "routes.yaml" || e.Route != 0 || e.Prefix != "/p" || e.Key != c.key || !strings.Contains(e.Msg, c.msg) {
-			t.Errorf("%s:\n got %q\nwant key %q, message containing %q", c.entry, e.Error(), c.key, c.msg)
-		}
+		oneRouteError(t, route(c.entry), "/p", c.key, c.msg)
 	}
 }
 
@@ -132,7 +124,7 @@ func TestTrafficValidation(t *testing.T) {
 func TestHTTPRedirectListener(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	c1, k1 := writePair(t, dir, "a", []string{"a.example.com"}, time.Now().Add(24*time.Hour))
+	c1, k1 := testnet.SelfSigned(t, dir, "a", []string{"a.example.com"}, time.Now().Add(24*time.Hour))
 	base := tlsConfig(c1, k1)
 	cfg := mustLoad(t, base+"    http_redirect: {port: 8081}\n", okRoute)
 	if h := cfg.Server.TLS.HTTPRedirect; h == nil || h.Port != 8081 || h.Status != DefaultRedirectStatus {

@@ -1,7 +1,6 @@
 package conf
 
 import (
-	"strings"
 	"testing"
 	"time"
 )
@@ -57,16 +56,7 @@ func TestTunnelAndRewriteValidation(t *testing.T) {
 		{`strip_prefix: 1`, "strip_prefix", ""},
 	}
 	for _, c := range cases {
-		_, err := loadStrings("", route(base+", "+c.extra))
-		errs := configErrors(t, err)
-		if len(errs) != 1 {
-			t.Errorf("%s: want one error, got %v", c.extra, err)
-			continue
-		}
-		e := errs[0]
-		if e.File != "routes.yaml" || e.Route != 0 || e.Prefix != "/ws" || e.Key != c.key || !strings.Contains(e.Msg, c.msg) {
-			t.Errorf("%s: got %q", c.extra, e.Error())
-		}
+		oneRouteError(t, route(base+", "+c.extra), "/ws", c.key, c.msg)
 	}
 }
 

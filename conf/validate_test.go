@@ -51,6 +51,22 @@ func configErrors(t *testing.T, err error) []*Error {
 	return out
 }
 
+// oneRouteError checks that routes (a routes.yaml of one route, at prefix) is refused with one
+// error, on routes[0] of routes.yaml, naming key, whose message holds msg.
+func oneRouteError(t *testing.T, routes, prefix, key, msg string) {
+	t.Helper()
+	_, err := loadStrings("", routes)
+	errs := configErrors(t, err)
+	if len(errs) != 1 {
+		t.Errorf("%s: want one error, got %v", routes, err)
+		return
+	}
+	e := errs[0]
+	if e.File != "routes.yaml" || e.Route != 0 || e.Prefix != prefix || e.Key != key || !strings.Contains(e.Msg, msg) {
+		t.Errorf("%s:\n got %q\nwant key %q, message containing %q", routes, e.Error(), key, msg)
+	}
+}
+
 // TestValidationErrors has one case per configuration mistake of SPEC 2. Each must be
 // reported alone (no follow-on noise), naming the file, route (index and prefix) and key.
 func TestValidationErrors(t *testing.T) {
@@ -150,6 +166,7 @@ func TestValidationErrors(t *testing.T) {
 		{name: "env bad duration", env: []string{"TORON_SERVER__READ_TIMEOUT=10"}, want: `environment: TORON_SERVER__READ_TIMEOUT: "10" is not a Go duration such as "5s" or "1m30s"`, wantKey: "TORON_SERVER__READ_TIMEOUT", route: -1},
 		{name: "env bad size", env: []string{"TORON_SERVER__MAX_BODY_BYTES=lots"}, want: `environment: TORON_SERVER__MAX_BODY_BYTES: "lots" is not a number of bytes...`, wantKey: "TORON_SERVER__MAX_BODY_BYTES", route: -1},
 		{name: "env bad float", env: []string{"TORON_SERVER__ELEVATED_SHARE=most"}, want: `environment: TORON_SERVER__ELEVATED_SHARE: "most" is not a number`, wantKey: "TORON_SERVER__ELEVATED_SHARE", route: -1},
+		{name: "env float not finite", env: []string{"TORON_SERVER__ELEVATED_SHARE=NaN"}, want: `environment: TORON_SERVER__ELEVATED_SHARE: "NaN" is not a number`, wantKey: "TORON_SERVER__ELEVATED_SHARE", route: -1},
 		{name: "env bad bool", env: []string{"TORON_LOG__ACCESS=maybe"}, want: `environment: TORON_LOG__ACCESS: "maybe" is not true or false`, wantKey: "TORON_LOG__ACCESS", route: -1},
 		{name: "env bad level", env: []string{"TORON_LOG__LEVEL=loud"}, want: `environment: TORON_LOG__LEVEL: must be debug, info, warn or error, not "loud"`, wantKey: "TORON_LOG__LEVEL", route: -1},
 		{name: "env unknown key", env: []string{"TORON_SERVER__PORTT=1"}, want: "environment: TORON_SERVER__PORTT: server.portt is not a configuration key (did you mean TORON_SERVER__PORT?)", wantKey: "TORON_SERVER__PORTT", route: -1},

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"toron/internal/testnet"
 )
 
 // The watch tests use real directories and the real inotify watch. Bounds are generous: a
@@ -71,6 +72,26 @@ func write(t *testing.T, path, content string) {
 	}
 }
 
+// writeAndWatch writes each file (path, then content) and watches them.
+func writeAndWatch(t *testing.T, files ...string) (*Watcher, *watchErrors) {
+	t.Helper()
+	var paths []string
+	for i := 0; i+1 < len(files); i += 2 {
+		write(t, files[i], files[i+1])
+		paths = append(paths, files[i])
+	}
+	return startWatcher(t, paths...)
+}
+
+// watchOne writes content to config.yaml in a new directory and watches it alone.
+func watchOne(t *testing.T, content string) (dir, cfg string, w *Watcher) {
+	t.Helper()
+	dir = t.TempDir()
+	cfg = filepath.Join(dir, "config.yaml")
+	w, _ = writeAndWatch(t, cfg, content)
+	return dir, cfg, w
+}
+
 // renameOver writes content to a temporary file beside path and renames it over path, as
 // editors, `mv` and configuration-management tools do.
 func renameOver(t *testing.T, path, content string) {
@@ -82,72 +103,22 @@ func renameOver(t *testing.T, path, content string) {
 	}
 }
 
-// kubeVolume lays out a directory the way the kubelet's atomic writer updates a ConfigMap
-// volume: the data in a timestamped directory, a `..data` symlink to it, and each key a symlink
-// through `..data`. publish writes a new timestamped directory, renames a new symlink over
-// `..data` (the one atomic step) and removes the old directory.
-type kubeVolume struct {
-	dir  string
-	n    int
-	cur  string
-	keep bool // leave the old directory for the test to remove (cleanup that comes late)
-}
-
-func (k *kubeVolume) publish(t *testing.T, files map[string]string) {
-	t.Helper()
-	old := k.cur
-	k.n++
-	ts := fmt.Sprintf("..2026_12_01_08_00_%02d.%09d", k.n, 123456789+k.n)
-	if err := os.Mkdir(filepath.Join(k.dir, ts), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, content := range files {
-		write(t, filepath.Join(k.dir, ts, name), content)
-	}
-	tmp := filepath.Join(k.dir, "..data_tmp")
-	if err := os.Symlink(ts, tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(k.dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-	for name := range files {
-		link := filepath.Join(k.dir, name)
-		if _, err := os.Lstat(link); os.IsNotExist(err) {
-			if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	k.cur = ts
-	if old != "" && !k.keep {
-		k.removeDir(t, old)
-	}
-}
-
-func (k *kubeVolume) removeDir(t *testing.T, name string) {
-	t.Helper()
-	if err := os.RemoveAll(filepath.Join(k.dir, name)); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestWatchKubeletDataSwap: a ConfigMap update never touches config.yaml itself (a symlink
 // through ..data): the swap of ..data in the directory is seen, and only the file whose content
 // changed is reported, not the one the kubelet rewrote with the same bytes.
 func TestWatchKubeletDataSwap(t *testing.T) {
-	k := &kubeVolume{dir: t.TempDir()}
-	k.publish(t, map[string]string{"config.yaml": "server: {}\n", "routes.yaml": "routes: []\n"})
-	cfg, routes := filepath.Join(k.dir, "config.yaml"), filepath.Join(k.dir, "routes.yaml")
+	k := &testnet.KubeVolume{Dir: t.TempDir()}
+	k.Publish(t, map[string]string{"config.yaml": "server: {}\n", "routes.yaml": "routes: []\n"})
+	cfg, routes := filepath.Join(k.Dir, "config.yaml"), filepath.Join(k.Dir, "routes.yaml")
 	w, errs := startWatcher(t, cfg, routes)
 
-	k.publish(t, map[string]string{"config.yaml": "server: {port: 9090}\n", "routes.yaml": "routes: []\n"})
+	k.Publish(t, map[string]string{"config.yaml": "server: {port: 9090}\n", "routes.yaml": "routes: []\n"})
 	wantChange(t, w, cfg)
 	wantNoChange(t, w, "after the swap settled (old directory removed)")
 
-	k.publish(t, map[string]string{"config.yaml": "server: {port: 9090}\n", "routes.yaml": "routes: [{}]\n"})
+	k.Publish(t, map[string]string{"config.yaml": "server: {port: 9090}\n", "routes.yaml": "routes: [{}]\n"})
 	wantChange(t, w, routes)
-	k.publish(t, map[string]string{"config.yaml": "server: {}\n", "routes.yaml": "routes: []\n"})
+	k.Publish(t, map[string]string{"config.yaml": "server: {}\n", "routes.yaml": "routes: []\n"})
 	wantChange(t, w, cfg, routes)
 	if n := errs.count(); n != 0 {
 		t.Errorf("%d watch errors: %v", n, errs.errs)
@@ -158,15 +129,15 @@ func TestWatchKubeletDataSwap(t *testing.T) {
 // (its removal comes later, or fails), is the change: config.yaml and the file it used to
 // resolve to see no event of their own, only the directory does.
 func TestWatchKubeletSwapAlone(t *testing.T) {
-	k := &kubeVolume{dir: t.TempDir(), keep: true}
-	k.publish(t, map[string]string{"config.yaml": "a\n"})
-	first := k.cur
-	cfg := filepath.Join(k.dir, "config.yaml")
+	k := &testnet.KubeVolume{Dir: t.TempDir(), Keep: true}
+	k.Publish(t, map[string]string{"config.yaml": "a\n"})
+	first := k.Cur
+	cfg := filepath.Join(k.Dir, "config.yaml")
 	w, _ := startWatcher(t, cfg)
 
-	k.publish(t, map[string]string{"config.yaml": "b\n"})
+	k.Publish(t, map[string]string{"config.yaml": "b\n"})
 	wantChange(t, w, cfg)
-	k.removeDir(t, first)
+	k.RemoveDir(t, first)
 	wantNoChange(t, w, "the late removal of the old directory")
 }
 
@@ -175,9 +146,7 @@ func TestWatchKubeletSwapAlone(t *testing.T) {
 func TestWatchRenameOverAndInPlace(t *testing.T) {
 	dir := t.TempDir()
 	cfg, routes := filepath.Join(dir, "config.yaml"), filepath.Join(dir, "routes.yaml")
-	write(t, cfg, "a\n")
-	write(t, routes, "r\n")
-	w, _ := startWatcher(t, cfg, routes)
+	w, _ := writeAndWatch(t, cfg, "a\n", routes, "r\n")
 
 	renameOver(t, cfg, "b\n")
 	wantChange(t, w, cfg)
@@ -191,10 +160,7 @@ func TestWatchRenameOverAndInPlace(t *testing.T) {
 // over, a chmod, another file of the directory) report nothing; a real change afterwards
 // still does.
 func TestWatchSameContentIsNoChange(t *testing.T) {
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "config.yaml")
-	write(t, cfg, "a\n")
-	w, _ := startWatcher(t, cfg)
+	dir, cfg, w := watchOne(t, "a\n")
 
 	renameOver(t, cfg, "a\n")
 	if err := os.Chmod(cfg, 0o600); err != nil {
@@ -211,9 +177,7 @@ func TestWatchSameContentIsNoChange(t *testing.T) {
 func TestWatchThirdFileInAnotherDirectory(t *testing.T) {
 	dir, certDir := t.TempDir(), t.TempDir()
 	cfg, cert := filepath.Join(dir, "config.yaml"), filepath.Join(certDir, "tls.crt")
-	write(t, cfg, "a\n")
-	write(t, cert, "cert 1\n")
-	w, _ := startWatcher(t, cfg, cert)
+	w, _ := writeAndWatch(t, cfg, "a\n", cert, "cert 1\n")
 
 	renameOver(t, cert, "cert 2\n")
 	wantChange(t, w, cert)
@@ -244,9 +208,7 @@ func TestWatchGoesOnAfterErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg, cert := filepath.Join(dir, "config.yaml"), filepath.Join(certDir, "tls.crt")
-	write(t, cfg, "a\n")
-	write(t, cert, "c\n")
-	w, errs := startWatcher(t, cfg, cert)
+	w, errs := writeAndWatch(t, cfg, "a\n", cert, "c\n")
 
 	if err := os.Remove(cfg); err != nil {
 		t.Fatal(err)
@@ -280,10 +242,7 @@ func TestWatchGoesOnAfterErrors(t *testing.T) {
 // TestWatchSettlesWithinOneSecond: a writer that never pauses in the same directory does not
 // hold a change back beyond the settle bound.
 func TestWatchSettlesWithinOneSecond(t *testing.T) {
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "config.yaml")
-	write(t, cfg, "a\n")
-	w, _ := startWatcher(t, cfg)
+	dir, cfg, w := watchOne(t, "a\n")
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

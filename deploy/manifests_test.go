@@ -172,30 +172,15 @@ func load(dir string, p *problems) *manifests {
 			var err error
 			switch tm.APIVersion + " " + tm.Kind {
 			case "v1 ConfigMap":
-				o := &corev1.ConfigMap{}
-				if err = decodeStrict(doc, o); err == nil {
-					m.configMaps = append(m.configMaps, named[*corev1.ConfigMap]{where, o})
-				}
+				err = decodeInto(doc, where, &m.configMaps)
 			case "apps/v1 Deployment":
-				o := &appsv1.Deployment{}
-				if err = decodeStrict(doc, o); err == nil {
-					m.deployments = append(m.deployments, named[*appsv1.Deployment]{where, o})
-				}
+				err = decodeInto(doc, where, &m.deployments)
 			case "v1 Service":
-				o := &corev1.Service{}
-				if err = decodeStrict(doc, o); err == nil {
-					m.services = append(m.services, named[*corev1.Service]{where, o})
-				}
+				err = decodeInto(doc, where, &m.services)
 			case "autoscaling/v2 HorizontalPodAutoscaler":
-				o := &autoscalingv2.HorizontalPodAutoscaler{}
-				if err = decodeStrict(doc, o); err == nil {
-					m.hpas = append(m.hpas, named[*autoscalingv2.HorizontalPodAutoscaler]{where, o})
-				}
+				err = decodeInto(doc, where, &m.hpas)
 			case "policy/v1 PodDisruptionBudget":
-				o := &policyv1.PodDisruptionBudget{}
-				if err = decodeStrict(doc, o); err == nil {
-					m.pdbs = append(m.pdbs, named[*policyv1.PodDisruptionBudget]{where, o})
-				}
+				err = decodeInto(doc, where, &m.pdbs)
 			default:
 				err = fmt.Errorf("apiVersion %q kind %q: not one the check knows (autoscaling/v2 for the HPA, policy/v1 for the PDB)", tm.APIVersion, tm.Kind)
 			}
@@ -205,6 +190,16 @@ func load(dir string, p *problems) *manifests {
 		}
 	}
 	return m
+}
+
+// decodeInto decodes doc strictly as a T and appends it, named where, to list.
+func decodeInto[T any](doc []byte, where string, list *[]named[*T]) error {
+	o := new(T)
+	if err := decodeStrict(doc, o); err != nil {
+		return err
+	}
+	*list = append(*list, named[*T]{where, o})
+	return nil
 }
 
 // one reports that exactly one object of a kind exists and returns it.

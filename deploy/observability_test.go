@@ -317,7 +317,7 @@ func dashboardProblems(d grafanaDashboard, exported map[string]bool) []string {
 		visit(p)
 	}
 	// SPEC 21's list of what the dashboard shows, each by the metric that answers it.
-	for topic, metric := range map[string]string{
+	for _, what := range uncovered(used, map[string]string{
 		"requests and errors by route and status": "toron_requests_total",
 		"latency percentiles":                     "toron_request_duration_seconds_bucket",
 		"rejections by reason":                    "toron_rejected_total",
@@ -329,11 +329,22 @@ func dashboardProblems(d grafanaDashboard, exported map[string]bool) []string {
 		"rate limiting":                           "toron_ratelimit_keys",
 		"tunnels":                                 "toron_tunnels_active",
 		"certificate expiry":                      "toron_tls_cert_expiry_timestamp_seconds",
-	} {
+	}) {
+		bad("no panel shows %s", what)
+	}
+	return out
+}
+
+// uncovered returns "topic (metric)" for each topic of want, a topic to the metric that answers
+// it, whose metric is not in used, in order.
+func uncovered(used map[string]bool, want map[string]string) []string {
+	var out []string
+	for topic, metric := range want {
 		if !used[metric] {
-			bad("no panel shows %s (%s)", topic, metric)
+			out = append(out, fmt.Sprintf("%s (%s)", topic, metric))
 		}
 	}
+	slices.Sort(out)
 	return out
 }
 
@@ -418,17 +429,15 @@ func alertProblems(b []byte, exported map[string]bool) []string {
 		}
 	}
 	// SPEC 21's alerts, each by the metric it watches.
-	for topic, metric := range map[string]string{
+	for _, what := range uncovered(used, map[string]string{
 		"certificate expiring within 14 days": "toron_tls_cert_expiry_timestamp_seconds",
 		"5xx share":                           "toron_requests_total",
 		"workers saturated":                   "toron_workers_busy",
 		"targets ejected":                     "toron_upstream_healthy",
 		"Redis down":                          "toron_redis_up",
 		"spans dropped":                       "toron_tracing_spans_dropped_total",
-	} {
-		if !used[metric] {
-			bad("no alert for %s (%s)", topic, metric)
-		}
+	}) {
+		bad("no alert for %s", what)
 	}
 	return out
 }

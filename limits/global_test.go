@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 	"toron/internal/redistest"
+	"toron/internal/testnet"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/redis/rueidis"
@@ -395,7 +396,7 @@ func TestGlobalFrozenRedis(t *testing.T) {
 	in := newInstance(t, RedisOptions{Addrs: []string{s.Addr}, Timeout: timeout}, "/f", 1000, 1000, OnErrorDeny)
 	a := netip.MustParseAddr("192.0.2.50")
 	// Before the freeze, one decision from Redis (a busy machine may miss the first timeout).
-	if !waitFor(5*time.Second, func() bool { ok, _ := in.g.AllowIP(a, time.Now()); return ok && in.r.Up() }) {
+	if !testnet.WaitUntil(5*time.Second, func() bool { ok, _ := in.g.AllowIP(a, time.Now()); return ok && in.r.Up() }) {
 		t.Fatal("no decision from redis before the freeze")
 	}
 	errsBefore := in.errors.Get()
@@ -453,16 +454,4 @@ func TestGlobalFrozenRedis(t *testing.T) {
 	if took := time.Since(back); took > 2*redisBreakerPause+time.Second {
 		t.Fatalf("recovery took %s", took)
 	}
-}
-
-// waitFor polls cond every 10 ms until it holds or d has passed.
-func waitFor(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
 }

@@ -191,17 +191,7 @@ func (l *RateLimiter) allowOverflow(t, interval, tolerance int64) (bool, time.Du
 }
 
 // reserveKey counts one more key if the table has room.
-func (l *RateLimiter) reserveKey() bool {
-	for {
-		n := l.keys.Load()
-		if n >= l.maxKeys {
-			return false
-		}
-		if l.keys.CompareAndSwap(n, n+1) {
-			return true
-		}
-	}
-}
+func (l *RateLimiter) reserveKey() bool { return addBelow(&l.keys, l.maxKeys) }
 
 // sweep forgets the full buckets of sh (their tat has passed) and rebuilds its table when it
 // shrank to a quarter of its peak. sh.mu is held.

@@ -47,13 +47,17 @@ var (
 )
 
 // tryAcquire takes a slot if one is free.
-func (p *WorkerPool) tryAcquire() bool {
+func (p *WorkerPool) tryAcquire() bool { return addBelow(&p.busy, p.size) }
+
+// addBelow adds one to n unless that would take it past limit, and reports whether it did:
+// a count that concurrent callers never push over its bound.
+func addBelow(n *atomic.Int64, limit int64) bool {
 	for {
-		n := p.busy.Load()
-		if n >= p.size {
+		v := n.Load()
+		if v >= limit {
 			return false
 		}
-		if p.busy.CompareAndSwap(n, n+1) {
+		if n.CompareAndSwap(v, v+1) {
 			return true
 		}
 	}

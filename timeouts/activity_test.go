@@ -40,9 +40,15 @@ func TestWindowRearmsOnlyPastHalf(t *testing.T) {
 	}
 }
 
-func TestWindowTrickleCutWithinTwoWindows(t *testing.T) {
+// oneSecondWindow is a Window that wants 1024 bytes each second.
+func oneSecondWindow() *Window {
 	var w Window
 	w.Reset(time.Second, 1024)
+	return &w
+}
+
+func TestWindowTrickleCutWithinTwoWindows(t *testing.T) {
+	w := oneSecondWindow()
 	now := t0
 	for i := 1; ; i++ {
 		w.Before(now)
@@ -62,8 +68,7 @@ func TestWindowTrickleCutWithinTwoWindows(t *testing.T) {
 }
 
 func TestWindowSteadyProgressNeverCut(t *testing.T) {
-	var w Window
-	w.Reset(time.Second, 1024)
+	w := oneSecondWindow()
 	now := t0
 	for i := 0; i < 1000; i++ {
 		w.Before(now)
@@ -76,8 +81,7 @@ func TestWindowSteadyProgressNeverCut(t *testing.T) {
 }
 
 func TestWindowTimeOutsideReadsDoesNotCount(t *testing.T) {
-	var w Window
-	w.Reset(time.Second, 1024)
+	w := oneSecondWindow()
 	now := t0
 	for i := 0; i < 10; i++ {
 		w.Before(now)
@@ -89,8 +93,7 @@ func TestWindowTimeOutsideReadsDoesNotCount(t *testing.T) {
 }
 
 func TestWindowDeadlineIsStall(t *testing.T) {
-	var w Window
-	w.Reset(time.Second, 1024)
+	w := oneSecondWindow()
 	err := w.After(t0, t0.Add(time.Second), 0, os.ErrDeadlineExceeded)
 	if !errors.Is(err, ErrStalled) || !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("err %v", err)
