@@ -132,9 +132,9 @@ func (r *redisProc) info() (redisCounters, error) {
 
 // globalRL runs the scenario.
 func globalRL(o options) error {
-	dir := filepath.Join(o.out, o.scenario+"-toron")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("loadtest: cannot create %s: %w", dir, err)
+	dir, err := o.toronDir()
+	if err != nil {
+		return err
 	}
 	rs, err := startRedisServer(dir)
 	if err != nil {

@@ -56,8 +56,8 @@ func serveNaiveProxy(o options) error {
 }
 
 // waitStop waits for SIGINT, SIGTERM or lifetime, and returns nil then, or for served, and
-// returns what the server's Serve returned: a helper scenario's server runs until it is told
-// to stop, or until it fails.
+// returns what the server's Serve returned (nil served: a server that only stops when told): a
+// helper scenario's server runs until it is told to stop, or until it fails.
 func waitStop(served <-chan error, lifetime time.Duration) error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
@@ -98,4 +98,26 @@ func startHelper(dir, scenario string, args ...string) (*process, error) {
 	args = append([]string{"-scenario", scenario, "-listen", "127.0.0.1:" + strconv.Itoa(port)}, args...)
 	cmd := exec.Command(self, args...)
 	return startProcess("the "+scenario+" helper", cmd, port, filepath.Join(dir, scenario+".log"), syscall.SIGTERM)
+}
+
+// closed reports, without waiting, whether c is closed (the stop was given).
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// toronDir makes the scenario's Toron directory (configuration and logs) under -out.
+func (o options) toronDir() (string, error) { return o.subdir(o.scenario + "-toron") }
+
+// subdir makes the directory name under -out, for a server's generated files and logs.
+func (o options) subdir(name string) (string, error) {
+	dir := filepath.Join(o.out, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("loadtest: cannot create %s: %w", dir, err)
+	}
+	return dir, nil
 }

@@ -70,9 +70,9 @@ type isoPeer struct {
 // startIsoPeer starts an upstream and the named server in front of it, with its generated files
 // and logs in out/isolation-<name>.
 func startIsoPeer(o options, name string) (*isoPeer, error) {
-	dir := filepath.Join(o.out, "isolation-"+name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("loadtest: cannot create %s: %w", dir, err)
+	dir, err := o.subdir("isolation-" + name)
+	if err != nil {
+		return nil, err
 	}
 	up, err := StartUpstream("127.0.0.1:0")
 	if err != nil {

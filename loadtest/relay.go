@@ -7,9 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -41,13 +39,7 @@ func serveTCPRelay(o options) error {
 		r.serve(ln)
 	}()
 	fmt.Printf("loadtest tcp relay on %s -> %s (pid %d)\n", ln.Addr(), o.upstream, os.Getpid())
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
-	select {
-	case <-sig:
-	case <-time.After(o.lifetime):
-	}
+	_ = waitStop(nil, o.lifetime) // a signal or the lifetime: nothing else ends it
 	ln.Close()
 	<-served
 	cancel()

@@ -26,9 +26,9 @@ type env struct {
 
 // setup starts the upstream and the gateway with the generated files in out/<scenario>-toron.
 func setup(o options, bulkhead int) (*env, error) {
-	dir := filepath.Join(o.out, o.scenario+"-toron")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("loadtest: cannot create %s: %w", dir, err)
+	dir, err := o.toronDir()
+	if err != nil {
+		return nil, err
 	}
 	up, err := StartUpstream("127.0.0.1:0")
 	if err != nil {
@@ -178,9 +178,9 @@ func uploadScenario(o options) error {
 		return missed
 	}
 
-	dir := filepath.Join(o.out, o.scenario+"-toron")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("loadtest: cannot create %s: %w", dir, err)
+	dir, err := o.toronDir()
+	if err != nil {
+		return err
 	}
 	up, err := startUpstreamProcess(dir)
 	if err != nil {

@@ -106,12 +106,7 @@ func (s *silentCrowd) run(stop <-chan struct{}, limit time.Duration) {
 	var wg sync.WaitGroup
 	for i := 0; i < s.n; i++ {
 		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			for !closed(stop) {
 				r := s.once(stop, limit)
 				if strings.HasPrefix(r.Error, "stopped") {
 					return // cut short by the end of the phase: no measurement
@@ -173,9 +168,9 @@ func (s *silentCrowd) once(stop <-chan struct{}, limit time.Duration) vegeta.Res
 // probes must be answered at least -min-ok percent of the time, and the silent connections must
 // be closed at handshake_timeout.
 func tlsSilent(o options) error {
-	dir := filepath.Join(o.out, o.scenario+"-toron")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("loadtest: cannot create %s: %w", dir, err)
+	dir, err := o.toronDir()
+	if err != nil {
+		return err
 	}
 	up, err := StartUpstream("127.0.0.1:0")
 	if err != nil {

@@ -11,11 +11,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/signal"
-	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"toron/demo"
@@ -123,9 +120,9 @@ func echoRound(hostport, path string, conns int, bytesPerConn int64) (float64, e
 
 // tunnelScenario runs the three measurements.
 func tunnelScenario(o options) error {
-	dir := filepath.Join(o.out, "tunnel-toron")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("loadtest: cannot create %s: %w", dir, err)
+	dir, err := o.subdir("tunnel-toron")
+	if err != nil {
+		return err
 	}
 	// The echo upstream is a process of its own: 2,000 idle tunnels hold 2,000 of its
 	// connections, which must not weigh on the client that measures /api here.
@@ -262,13 +259,7 @@ func serveWSUpstream(o options) error {
 	}
 	e := demo.ServeWSEcho(ln, true)
 	fmt.Printf("loadtest ws upstream on %s (pid %d)\n", ln.Addr(), os.Getpid())
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
-	select {
-	case <-sig:
-	case <-time.After(o.lifetime):
-	}
+	_ = waitStop(nil, o.lifetime) // a signal or the lifetime: nothing else ends it
 	_ = e.Close()
 	return nil
 }

@@ -92,29 +92,7 @@ func TestPatternReaderYieldsExactlyItsLength(t *testing.T) {
 }
 
 func TestServerClosedSeesThePeerClose(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			close(accepted)
-			return
-		}
-		accepted <- c
-	}()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	server, ok := <-accepted
-	if !ok {
-		t.Fatal("accept failed")
-	}
+	client, server := testnet.Pair(t)
 	if _, err := os.Stat("/proc/net/tcp"); err != nil {
 		server.Close()
 		t.Skip("no /proc/net/tcp")

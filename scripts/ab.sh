@@ -38,9 +38,7 @@ tmp_prefix=toron-ab
 source scripts/lib.sh
 
 UP_PORT=$BASE_PORT OLD_PORT=$((BASE_PORT + 1)) NEW_PORT=$((BASE_PORT + 2)) NGINX_PORT=$((BASE_PORT + 3))
-for p in $UP_PORT $OLD_PORT $NEW_PORT $NGINX_PORT; do
-	port_free "$p" || { echo "ab: port $p is in use; set BASE_PORT" >&2; exit 1; }
-done
+ports_free $UP_PORT $OLD_PORT $NEW_PORT $NGINX_PORT
 go build -o "$tmp/loadtest" ./loadtest
 taskset -c "$PROXY_CPU" "$tmp/loadtest" -scenario upstream -listen "127.0.0.1:$UP_PORT" -lifetime 2h >"$tmp/upstream.log" 2>&1 &
 pids+=($!)

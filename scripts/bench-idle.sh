@@ -49,13 +49,9 @@ source scripts/lib.sh
 
 UP_PORT=$BASE_PORT
 PORT=$((BASE_PORT + 1))
-for p in $UP_PORT $PORT; do
-	port_free "$p" || { echo "bench-idle: port $p is in use; set BASE_PORT" >&2; exit 1; }
-done
+ports_free $UP_PORT $PORT
 
-make -s build >/dev/null
-go build -o "$tmp/loadtest" ./loadtest
-LT=$tmp/loadtest
+build_bins
 
 CERT=$tmp/cert.pem
 KEY=$tmp/key.pem

@@ -54,9 +54,7 @@ TORON_PORT=$((BASE_PORT + 1))
 NGINX_PORT=$((BASE_PORT + 2))
 TORON_PLAIN_PORT=$((BASE_PORT + 3))
 NGINX_PLAIN_PORT=$((BASE_PORT + 4))
-for p in $UP_PORT $TORON_PORT $NGINX_PORT $TORON_PLAIN_PORT $NGINX_PLAIN_PORT; do
-	port_free "$p" || { echo "bench-tls: port $p is in use; set BASE_PORT" >&2; exit 1; }
-done
+ports_free $UP_PORT $TORON_PORT $NGINX_PORT $TORON_PLAIN_PORT $NGINX_PLAIN_PORT
 
 # One ECDSA P-256 certificate for both servers, made now, removed with $tmp.
 CERT=$tmp/cert.pem
@@ -79,10 +77,7 @@ fill_tls() { # template out: fill (lib.sh) with nginx's plain port and the certi
 	fill "$1" "$2" -e "s|@PLAIN_PORT@|$NGINX_PLAIN_PORT|g" -e "s|@CERT@|$CERT|g" -e "s|@KEY@|$KEY|g"
 }
 
-echo "bench-tls: building bin/toron and the loadtest binary"
-make -s build >/dev/null
-go build -o "$tmp/loadtest" ./loadtest
-LT=$tmp/loadtest
+build_bins
 CLK_TCK=$(getconf CLK_TCK)
 
 taskset -c "$PROXY_CPU" "$LT" -scenario upstream -listen "127.0.0.1:$UP_PORT" -lifetime 2h >"$tmp/upstream.log" 2>&1 &
@@ -128,17 +123,14 @@ declare -A plain_root=([toron]=$TORON_PLAIN_PID [nginx]=$NGINX_PID)
 modes=(plain keepalive newconn)
 
 run_wrk() { # target mode duration -> prints "rps requests errors"
-	local url="https://127.0.0.1:${port[$1]}/api/items" out rps reqs errs
+	local url="https://127.0.0.1:${port[$1]}/api/items" out
 	[ "$2" = plain ] && url="http://127.0.0.1:${plain_port[$1]}/api/items"
 	if [ "$2" = newconn ]; then
 		out=$(taskset -c "$LOAD_CPU" wrk -t1 -c"$NEW_CONNECTIONS" -d"${3}s" --timeout 5s -H 'Connection: close' "$url")
 	else
 		out=$(taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNECTIONS" -d"${3}s" --timeout 5s "$url")
 	fi
-	rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
-	reqs=$(awk '/requests in/ {print $1}' <<<"$out")
-	errs=$(awk '/Non-2xx or 3xx responses:/ {n += $NF} /Socket errors:/ {gsub(",", ""); n += $4 + $6 + $8 + $10} END {print n + 0}' <<<"$out")
-	echo "${rps:-0} ${reqs:-0} $errs"
+	wrk_counts "$out"
 }
 
 echo "bench-tls: warming up"
@@ -165,9 +157,7 @@ for round in $(seq "$ROUNDS"); do
 	done
 done
 
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "-"; exit } if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 col() { awk -F'\t' -v t="$1" -v m="$2" -v c="$3" 'NR > 1 && $2 == t && $3 == m && $c != "-" { print $c }' "$raw" | median; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0 || a == "-" || b == "-") print "-"; else printf "%.2f", a / b }'; }
 sub() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-") print "-"; else printf "%.1f", a - b }'; }
 
 declare -A pl_cpu tls_cost ka_rps ka_cpu nc_rps nc_cpu hs

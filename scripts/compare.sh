@@ -62,14 +62,9 @@ HAPROXY_PORT=$((BASE_PORT + 3))
 NAIVE_PORT=$((BASE_PORT + 4))
 RELAY_PORT=$((BASE_PORT + 5))
 TORON_LOG_PORT=$((BASE_PORT + 6))
-for p in $UP_PORT $TORON_PORT $NGINX_PORT $HAPROXY_PORT $NAIVE_PORT $RELAY_PORT $TORON_LOG_PORT; do
-	port_free "$p" || { echo "compare: port $p is in use; set BASE_PORT" >&2; exit 1; }
-done
+ports_free $UP_PORT $TORON_PORT $NGINX_PORT $HAPROXY_PORT $NAIVE_PORT $RELAY_PORT $TORON_LOG_PORT
 
-echo "compare: building bin/toron and the loadtest binary"
-make -s build >/dev/null
-go build -o "$tmp/loadtest" ./loadtest
-LT=$tmp/loadtest
+build_bins
 CLK_TCK=$(getconf CLK_TCK)
 
 # The upstream: the load test's own fasthttp server (JSON /api, upload sink).
@@ -140,11 +135,9 @@ printf 'round\ttarget\treq_per_s\tp99_ms\trequests\tnon2xx_or_socket_errors\tcpu
 run_wrk() { # target duration -> prints "rps p99ms requests errors"
 	local url="http://127.0.0.1:${port[$1]}/api/items" out rps p99 reqs errs
 	out=$(taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNECTIONS" -d"${2}s" --timeout 5s --latency "$url")
-	rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
+	read -r rps reqs errs <<<"$(wrk_counts "$out")"
 	p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
-	reqs=$(awk '/requests in/ {print $1}' <<<"$out")
-	errs=$(awk '/Non-2xx or 3xx responses:/ {n += $NF} /Socket errors:/ {gsub(",", ""); n += $4 + $6 + $8 + $10} END {print n + 0}' <<<"$out")
-	echo "${rps:-0} $(ms "${p99:-0}") ${reqs:-0} $errs"
+	echo "$rps $(ms "${p99:-0}") $reqs $errs"
 }
 
 busy_percent() { # share of all cores busy over one second, from /proc/stat
@@ -209,9 +202,7 @@ done
 rss[direct]=$(hwm_kib "${pids[0]}")
 
 # Medians over the rounds, ratios against direct.
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "-"; exit } if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 col() { awk -F'\t' -v t="$1" -v c="$2" 'NR > 1 && $2 == t && $c != "-" { print $c }' "$raw" | median; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0 || a == "-") print "-"; else printf "%.2f", a / b }'; }
 
 d_rps=$(col direct 3)
 d_p99=$(col direct 4)

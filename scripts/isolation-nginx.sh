@@ -46,9 +46,7 @@ tmp_prefix=toron-isolation
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
 
-echo "isolation-nginx: building bin/toron and the loadtest binary"
-make -s build >/dev/null
-go build -o "$tmp/loadtest" ./loadtest
+build_bins
 
 echo "isolation-nginx: $PEERS: $ROUNDS interleaved rounds of $DURATION idle + $DURATION flood each"
 echo "isolation-nginx: machine load average before: $(cut -d' ' -f1-3 /proc/loadavg)"

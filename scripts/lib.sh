@@ -31,6 +31,22 @@ port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 bench_name=${bench_name:-$(basename "$0" .sh)}
 
+# ports_free PORT...: exit 1, naming the port, when something listens on one of them.
+ports_free() {
+	local p
+	for p in "$@"; do
+		port_free "$p" || { echo "$bench_name: port $p is in use; set BASE_PORT" >&2; exit 1; }
+	done
+}
+
+# build_bins: bin/toron (make build) and the loadtest binary, whose path goes into LT.
+build_bins() {
+	echo "$bench_name: building bin/toron and the loadtest binary"
+	make -s build >/dev/null
+	go build -o "$tmp/loadtest" ./loadtest
+	LT=$tmp/loadtest
+}
+
 # wait_http URL NAME: wait up to 10 s for an HTTP answer.
 wait_http() {
 	for _ in $(seq 100); do
@@ -75,3 +91,19 @@ fill() {
 	shift 2
 	sed -e "s|@PORT@|$PORT|g" -e "s|@UPSTREAM@|127.0.0.1:$UP_PORT|g" -e "s|@PREFIX@|$PREFIX|g" "$@" "$in" >"$out"
 }
+
+# wrk_counts OUTPUT: "req/s requests errors" of one wrk run's output; errors are the non-2xx or
+# 3xx responses and the socket errors.
+wrk_counts() {
+	local rps reqs errs
+	rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$1")
+	reqs=$(awk '/requests in/ {print $1}' <<<"$1")
+	errs=$(awk '/Non-2xx or 3xx responses:/ {n += $NF} /Socket errors:/ {gsub(",", ""); n += $4 + $6 + $8 + $10} END {print n + 0}' <<<"$1")
+	echo "${rps:-0} ${reqs:-0} $errs"
+}
+
+# median: the median of the numbers on stdin, one a line ("-" when there are none).
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "-"; exit } if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# ratio A B: A / B to two decimals, "-" when either is missing or B is 0.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0 || a == "-" || b == "-") print "-"; else printf "%.2f", a / b }'; }

@@ -43,14 +43,9 @@ source scripts/lib.sh
 UP_PORT=$BASE_PORT
 TORON_PORT=$((BASE_PORT + 1))
 NGINX_PORT=$((BASE_PORT + 2))
-for p in $UP_PORT $TORON_PORT $NGINX_PORT; do
-	port_free "$p" || { echo "slowloris: port $p is in use; set BASE_PORT" >&2; exit 1; }
-done
+ports_free $UP_PORT $TORON_PORT $NGINX_PORT
 
-echo "slowloris: building bin/toron and the loadtest binary"
-make -s build >/dev/null
-go build -o "$tmp/loadtest" ./loadtest
-LT=$tmp/loadtest
+build_bins
 
 "$LT" -scenario upstream -listen "127.0.0.1:$UP_PORT" -lifetime 1h >"$tmp/upstream.log" 2>&1 &
 pids+=($!)

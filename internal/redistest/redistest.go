@@ -274,19 +274,14 @@ func (c *Cluster) Addrs() []string {
 // goroutine and the first one is returned.
 func Drive(calls []func() (bool, error), d, pause time.Duration) (stopped, total float64, admitted int64, err error) {
 	var n atomic.Int64
+	var stop atomic.Bool
 	errs := make(chan error, 2*len(calls))
-	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	start := time.Now()
 	for _, call := range calls {
 		for range 2 {
 			wg.Go(func() {
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
+				for !stop.Load() {
 					ok, err := call()
 					if err != nil {
 						errs <- err
@@ -302,7 +297,7 @@ func Drive(calls []func() (bool, error), d, pause time.Duration) (stopped, total
 	}
 	time.Sleep(d)
 	stopped = time.Since(start).Seconds()
-	close(stop)
+	stop.Store(true)
 	wg.Wait()
 	total = time.Since(start).Seconds()
 	close(errs)
