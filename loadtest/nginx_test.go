@@ -16,7 +16,7 @@ func TestNginxConfigFillsEveryPlaceholder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{
+	checkFilled(t, "nginx.conf", conf, []string{
 		"listen 127.0.0.1:18777;",
 		"server 127.0.0.1:18776;",
 		"pid /tmp/prefix-x/nginx.pid;",
@@ -30,17 +30,36 @@ func TestNginxConfigFillsEveryPlaceholder(t *testing.T) {
 		"client_max_body_size 4m;",
 		"proxy_read_timeout 60s;",
 		"send_timeout 30s;",
-	} {
-		if !strings.Contains(conf, want) {
-			t.Errorf("the filled nginx.conf lacks %q", want)
+	}, "limit_conn reports 8;")
+}
+
+// checkFilled checks a peer's configuration filled for -bulkhead 5: it holds every line of want,
+// none of stale (the template's limit of 8 left in place), and no @placeholder@.
+func checkFilled(t *testing.T, name, conf string, want []string, stale ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(conf, w) {
+			t.Errorf("the filled %s lacks %q", name, w)
 		}
 	}
-	if strings.Contains(conf, "limit_conn reports 8;") {
-		t.Error("-bulkhead 5 left the limit at 8")
+	for _, s := range stale {
+		if strings.Contains(conf, s) {
+			t.Errorf("-bulkhead 5 left %q in the filled %s", s, name)
+		}
 	}
 	if strings.Contains(conf, "@") {
-		t.Error("a placeholder is left in the filled nginx.conf")
+		t.Errorf("a placeholder is left in the filled %s", name)
 	}
+}
+
+// writeConf writes a filled configuration into dir and returns its path.
+func writeConf(t *testing.T, dir, name, conf string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // TestNginxConfigPassesNginxT checks the filled configuration with `nginx -t`, when nginx is
@@ -55,10 +74,7 @@ func TestNginxConfigPassesNginxT(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(prefix, "nginx.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := writeConf(t, prefix, "nginx.conf", conf)
 	out, err := exec.Command(bin, "-t", "-q", "-p", prefix, "-c", path, "-e", filepath.Join(prefix, "error.log")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("nginx -t refused the filled configuration: %v\n%s", err, out)
