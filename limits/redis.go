@@ -21,12 +21,15 @@ import (
 // deciding at once cost Redis a handful of round trips and Toron a handful of syscalls, where
 // go-redis/v9 takes a pooled connection per command and pays a round trip and two syscalls per
 // decision. A caller waits for its reply in its own goroutine (the connection's, in fasthttp),
-// bounded by the decision timeout; no goroutine is started per request.
+// bounded by the decision timeout, and never for a dial (redisdial.go: connections are made in
+// the background and handed over ready); no goroutine is started per request.
 //
 // Health is a small breaker: after redisBreakerFailures failed calls in a row Redis is skipped
 // for redisBreakerPause, then one call is let through; its success closes the breaker, its
 // failure opens it for another pause. So a Redis that is down or hangs costs each request at
-// most one timeout until the breaker opens, then nothing.
+// most one timeout until the breaker opens, then nothing. A call that found no connection ready
+// (ErrRedisReconnecting, ErrRedisNotConnected) was not sent and cost nothing: it is a failed
+// decision (counted, on_error decides, toron_redis_up 0) but not one of the breaker's failures.
 
 // DefaultRedisTimeout bounds one decision by Redis (server.redis.timeout): a few loopback or
 // same-zone round trips, small beside an upstream's latency, so a slow Redis adds little.
@@ -41,14 +44,6 @@ const (
 // redisConnectRetry is how often a client that could not reach any address at start retries in
 // the background (a Toron that starts before its Redis must not need a restart).
 const redisConnectRetry = time.Second
-
-// redisDialTimeout bounds a dial and its handshake (TCP, TLS, HELLO): well above a loopback or
-// same-zone dial. A decision's own reconnect is bounded by the decision's timeout; a few of the
-// client's reconnect paths are not (they dial without the caller's deadline while concurrent
-// callers wait for that connection), and this is their bound: a decision can wait this long, at
-// worst, when Redis hangs just as a connection is being replaced (seen once in many runs of
-// TestGlobalFrozenRedis under load, with a bound of 1 s).
-const redisDialTimeout = 250 * time.Millisecond
 
 // redisReplyTimeout is how long a connection waits for the reply of a command that has no
 // deadline of its own (the client's keep-alive PING) before it is closed and dialed anew.
@@ -93,6 +88,7 @@ type Redis struct {
 	probing     atomic.Bool  // one call is testing Redis after a pause
 	up          atomic.Bool
 
+	dialer   *redisDialer
 	stop     chan struct{}
 	done     chan struct{}
 	closeOne sync.Once
@@ -112,24 +108,31 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 		o.Timeout = DefaultRedisTimeout
 	}
 	r := &Redis{opts: o, timeout: o.Timeout, stop: make(chan struct{}), done: make(chan struct{})}
+	r.dialer = newRedisDialer(o.TLS, r.Connected)
 	go r.connect()
 	return r, nil
 }
 
-// clientOption is the rueidis configuration of o.
-func (o *RedisOptions) clientOption() rueidis.ClientOption {
+// clientOption is the rueidis configuration of o, dialing through d (redisdial.go).
+func (o *RedisOptions) clientOption(d *redisDialer) rueidis.ClientOption {
 	return rueidis.ClientOption{
 		InitAddress: o.Addrs,
 		Username:    o.Username,
 		Password:    o.Password,
 		SelectDB:    o.DB,
 		TLSConfig:   o.TLS,
-		Dialer:      net.Dialer{Timeout: redisDialTimeout},
+		// Connections come ready from d, never dialed while a decision waits. Dialer.Timeout
+		// bounds what rueidis still does on one, HELLO, when no caller's deadline does.
+		DialCtxFn: d.dial,
+		Dialer:    net.Dialer{Timeout: o.Timeout, KeepAlive: rueidis.DefaultTCPKeepAlive},
 		// No client-side caching (nothing is read twice), no retries (a decision has one
 		// timeout to keep, and the script is not idempotent).
-		DisableCache:        true,
-		DisableRetry:        true,
-		ConnWriteTimeout:    redisReplyTimeout,
+		DisableCache:     true,
+		DisableRetry:     true,
+		ConnWriteTimeout: redisReplyTimeout,
+		// One connection per node: every decision of the process is pipelined on it, the most
+		// decisions per round trip (rueidis would open up to 4 on a standalone server).
+		PipelineMultiplex:   -1,
 		ReadBufferEachConn:  redisConnBuffer,
 		WriteBufferEachConn: redisConnBuffer,
 		ClientName:          "toron",
@@ -140,10 +143,11 @@ func (o *RedisOptions) clientOption() rueidis.ClientOption {
 // connect builds the rueidis client, retrying until it succeeds or the client is closed.
 func (r *Redis) connect() {
 	defer close(r.done)
-	opt := r.opts.clientOption()
+	opt := r.opts.clientOption(r.dialer)
 	for {
 		c, err := rueidis.NewClient(opt)
 		if err == nil {
+			warm(c)
 			r.client.Store(&redisConn{c: c})
 			return
 		}
@@ -155,6 +159,17 @@ func (r *Redis) connect() {
 	}
 }
 
+// warm connects c to every node it knows (a cluster's masters beside the seed it was found
+// from) before any decision uses it: a connection made later is made in the background, and the
+// decisions that need it meanwhile fail at once.
+func warm(c rueidis.Client) {
+	for _, n := range c.Nodes() {
+		ctx, cancel := context.WithTimeout(context.Background(), redisDialTimeout)
+		_ = n.Do(ctx, n.B().Ping().Build()).Error()
+		cancel()
+	}
+}
+
 // Close stops the background connector and closes every connection. Calls made after it fail.
 func (r *Redis) Close() {
 	r.closeOne.Do(func() {
@@ -163,6 +178,7 @@ func (r *Redis) Close() {
 		if c := r.client.Load(); c != nil {
 			c.c.Close()
 		}
+		r.dialer.close()
 		r.up.Store(false)
 	})
 }
@@ -211,6 +227,14 @@ func (r *Redis) record(err error, now int64) {
 		return
 	}
 	r.up.Store(false)
+	if errors.Is(err, ErrRedisReconnecting) || errors.Is(err, ErrRedisNotConnected) {
+		// Nothing was sent (no connection was ready, and none is waited for): a failed
+		// decision, which on_error decides, but not a failed call, since it cost no time. A
+		// probe released so costs no pause either: decisions come from Redis again as soon as
+		// the background dial has a connection.
+		r.probing.Store(false)
+		return
+	}
 	if r.fails.Add(1) >= redisBreakerFailures {
 		r.pausedUntil.Store(now + int64(redisBreakerPause))
 		r.probing.Store(false)
