@@ -1,7 +1,12 @@
 package gateway
 
 import (
+	"io"
 	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -136,4 +141,96 @@ func TestGlobalRateLimitReload(t *testing.T) {
 	if gw.g.snap.Load().redis != nil || !second.Closed() {
 		t.Fatal("removing server.redis left its client open")
 	}
+}
+
+// TestGlobalRateLimitFrozenRedis: Redis stops answering (SIGSTOP) while clients keep calling a
+// global route and another route. No request of the global route waits much longer than
+// server.redis.timeout (on_error deny: 429, Retry-After 1), the other route does not notice, the
+// failures are counted (toron_ratelimit_backend_errors_total, toron_redis_up 0), and the route
+// is decided by Redis again soon after it runs again.
+func TestGlobalRateLimitFrozenRedis(t *testing.T) {
+	const timeout = 50 * time.Millisecond
+	const slack = 400 * time.Millisecond // generous: a wait for a dial or a frozen reply is 1 s and more
+	s := redistest.Start(t)
+	addr, proc := s.Addr, s.Process()
+	up := startUpstream(t, nil)
+	gw := startGateway(t, "redis: {addrs: [\""+addr+"\"], timeout: 50ms}\n",
+		upstreamRoute("/g", up.addr, "rate_limit: {requests_per_second: 1000000, scope: global, on_error: deny}")+
+			upstreamRoute("/plain", up.addr, ""))
+	waitRedisUp(t, gw.g)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	defer client.CloseIdleConnections()
+	get := func(path string) (int, string, time.Duration, error) {
+		t0 := time.Now()
+		resp, err := client.Get("http://" + gw.addr + path)
+		if err != nil {
+			return 0, "", 0, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("Retry-After"), time.Since(t0), nil
+	}
+	if !testnet.WaitUntil(5*time.Second, func() bool { code, _, _, _ := get("/g/x"); return code == 200 }) {
+		t.Fatal("the global route is not decided by redis before the freeze")
+	}
+	if err := proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer proc.Signal(syscall.SIGCONT)
+	m0 := scrape(t, gw.addr)
+	var mu sync.Mutex
+	var slowest = map[string]time.Duration{}
+	var wrong []string
+	var wg sync.WaitGroup
+	for i := 0; i < 12; i++ {
+		path, want, ra := "/g/x", 429, "1"
+		if i%3 == 0 {
+			path, want, ra = "/plain/x", 200, ""
+		}
+		wg.Go(func() {
+			for j := 0; j < 25; j++ {
+				code, retry, d, err := get(path)
+				mu.Lock()
+				slowest[path] = max(slowest[path], d)
+				if err != nil || code != want || retry != ra {
+					wrong = append(wrong, path+": "+strconv.Itoa(code)+" Retry-After "+retry+" "+strconv.Quote(errString(err)))
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("redis frozen: slowest /g %s (timeout %s), slowest /plain %s", slowest["/g/x"], timeout, slowest["/plain/x"])
+	if len(wrong) > 0 {
+		t.Fatalf("%d answers not as expected with redis frozen, first: %s", len(wrong), wrong[0])
+	}
+	if d := slowest["/g/x"]; d > timeout+slack {
+		t.Errorf("a request of the global route waited %s with redis frozen, timeout %s", d, timeout)
+	}
+	if d := slowest["/plain/x"]; d > slack {
+		t.Errorf("a request of the other route waited %s with redis frozen", d)
+	}
+	m := scrape(t, gw.addr)
+	errKey := `toron_ratelimit_backend_errors_total{route="/g"}`
+	if n := m[errKey] - m0[errKey]; m[`toron_redis_up`] != 0 || n != 8*25 {
+		t.Errorf("redis_up %v, backend errors %v: want 0 and %d", m[`toron_redis_up`], n, 8*25)
+	}
+	if err := proc.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	if !testnet.WaitUntil(5*time.Second, func() bool { code, _, _, _ := get("/g/x"); return code == 200 }) {
+		t.Fatal("the global route is not decided by redis within 5s of it running again")
+	}
+	t.Logf("decided by redis again %s after it ran again", time.Since(back))
+	if m := scrape(t, gw.addr); m[`toron_redis_up`] != 1 {
+		t.Errorf("redis_up %v after recovery, want 1", m[`toron_redis_up`])
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
