@@ -134,6 +134,13 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 			return exitFailed
 		}
 		defer ups.Close()
+		// SPEC 17's scope: global, in a redis-server of the demo's own when one is installed.
+		if r, err := demo.StartRedis(); err == nil {
+			ups.Redis = r
+			demoYAML = append(append([]byte(nil), demoYAML...), r.ServerYAML()...)
+		} else if !errors.Is(err, demo.ErrNoRedisServer) {
+			fmt.Fprintf(stderr, "toron: warning: %v; the demo runs without /api/global\n", err)
+		}
 	}
 	load := func() (*conf.Config, error) {
 		if ups != nil {

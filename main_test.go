@@ -338,17 +338,44 @@ func TestDemoModeServes(t *testing.T) {
 		t.Errorf("demo /api: %d %s", code, b)
 	}
 	// The rate-limited demo route: a burst of 3 tokens, then 429s (SPEC 17).
-	var codes []string
-	for range 5 {
-		codes = append(codes, fmt.Sprint(statusOf(t, base+"/api/limited/x")))
-	}
-	if got := strings.Join(codes, " "); !strings.HasPrefix(got, "200 200") || !strings.HasSuffix(got, "429") {
+	if got := demoBurst(t, base+"/api/limited/x"); !strings.HasPrefix(got, "200 200") || !strings.HasSuffix(got, "429") {
 		t.Errorf("demo /api/limited: %s, want 200s then 429", got)
 	}
+	// With redis-server installed, the demo runs its own and limits /api/global in it.
+	_, lookErr := exec.LookPath("redis-server")
+	withRedis := lookErr == nil
+	if withRedis {
+		if got := demoBurst(t, base+"/api/global/x"); !strings.HasPrefix(got, "200 200 200") || !strings.HasSuffix(got, "429") {
+			t.Errorf("demo /api/global: %s, want 200s then 429", got)
+		}
+	}
 	stopBinary(t, cmd, nil)
-	if out := <-banner; !strings.Contains(out, "curl") {
+	out := <-banner
+	if !strings.Contains(out, "curl") {
 		t.Errorf("banner has no curl commands: %q", out)
 	}
+	if !withRedis {
+		return
+	}
+	_, addr, ok := strings.Cut(out, "in the demo's own redis-server on ")
+	addr, _, _ = strings.Cut(addr, " ")
+	if !ok || !strings.Contains(out, "/api/global/x") {
+		t.Fatalf("banner does not show the global route: %q", out)
+	}
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Errorf("the demo's redis-server on %s still answers after the demo exited", addr)
+	}
+}
+
+// demoBurst makes 5 quick requests to url and returns their status codes.
+func demoBurst(t *testing.T, url string) string {
+	t.Helper()
+	var codes []string
+	for range 5 {
+		codes = append(codes, fmt.Sprint(statusOf(t, url)))
+	}
+	return strings.Join(codes, " ")
 }
 
 // TestReloadOnSIGHUP: a real SIGHUP re-reads both files; an invalid configuration and a changed

@@ -65,6 +65,9 @@ type Upstreams struct {
 	ws *WSEcho
 	// Auth holds the files and credentials of the demo's access-control routes (auth.go).
 	Auth *AuthDemo
+	// Redis is the demo's own redis-server (redis.go), set by the caller of Start when one runs:
+	// the routes then include /api/global and the banner shows it; Close stops it.
+	Redis *Redis
 
 	servers []*server
 	// done is closed when Close begins: waiting reports and body copies stop at once.
@@ -210,6 +213,9 @@ func (u *Upstreams) Close() error {
 			if err := u.ws.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("demo: cannot close the ws listener: %w", err))
 			}
+		}
+		if err := u.Redis.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("demo: cannot remove the redis-server directory: %w", err))
 		}
 
 		u.serveMu.Lock()

@@ -61,6 +61,7 @@ routes:
 func (u *Upstreams) RoutesYAML() []byte {
 	out := fmt.Appendf(fmt.Appendf(nil, routesTemplate, u.API, u.Reports, u.Upload, u.API2), wsRoutesTemplate, u.API, u.WS)
 	out = fmt.Appendf(out, trafficRoutesTemplate, u.API)
+	out = append(out, u.globalRoutesYAML()...)
 	if u.Auth != nil {
 		out = fmt.Appendf(out, authRoutesTemplate, u.API, u.Auth.UsersFile, u.Auth.JWKSFile)
 	}
@@ -139,7 +140,7 @@ Not built (SPEC 11): HTTP/2.
 // gateway's base URL (e.g. "http://127.0.0.1:8080").
 func (u *Upstreams) Banner(gatewayURL string) string {
 	base := strings.TrimRight(gatewayURL, "/")
-	out := fmt.Sprintf(bannerTemplate, base, u.API, u.Reports, u.Upload, u.API2) + fmt.Sprintf(wsBannerTemplate, base) + fmt.Sprintf(trafficBannerTemplate, base)
+	out := fmt.Sprintf(bannerTemplate, base, u.API, u.Reports, u.Upload, u.API2) + fmt.Sprintf(wsBannerTemplate, base) + fmt.Sprintf(trafficBannerTemplate, base) + u.redisBanner(base)
 	if u.Auth != nil {
 		out += fmt.Sprintf(authBannerTemplate, base, AuthDemoUser, AuthDemoPassword, u.Auth.Token)
 	}
