@@ -177,19 +177,27 @@ func (g *GlobalLimiter) allow(sum [sha256.Size]byte, k RateKey, now time.Time) (
 	}
 }
 
-// parseVerdict reads the script's {allowed, wait} reply.
+// parseVerdict reads the script's {allowed, wait} reply (in place: no slice is made).
 func parseVerdict(res rueidis.RedisResult) (bool, time.Duration, error) {
-	v, err := res.AsIntSlice()
+	v, err := res.ToArray()
 	if err != nil {
 		return false, 0, err
 	}
 	if len(v) != 2 {
 		return false, 0, errBadVerdict
 	}
-	if v[0] == 1 {
+	ok, err := v[0].AsInt64()
+	if err != nil {
+		return false, 0, err
+	}
+	if ok == 1 {
 		return true, 0, nil
 	}
-	return false, time.Duration(v[1]) * time.Microsecond, nil
+	wait, err := v[1].AsInt64()
+	if err != nil {
+		return false, 0, err
+	}
+	return false, time.Duration(wait) * time.Microsecond, nil
 }
 
 var errBadVerdict = errors.New("limits: redis script answered an unexpected reply")

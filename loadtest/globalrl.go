@@ -58,6 +58,11 @@ func startRedisServer(dir string) (*redisProc, error) {
 	if err != nil {
 		return nil, err
 	}
+	// redis-server enters --dir before it opens --logfile: a relative path would be resolved
+	// twice.
+	if dir, err = filepath.Abs(dir); err != nil {
+		return nil, err
+	}
 	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
 		"--appendonly", "no", "--daemonize", "no", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
 	if err := cmd.Start(); err != nil {
