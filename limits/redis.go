@@ -89,7 +89,7 @@ type Redis struct {
 	timeout time.Duration
 	client  atomic.Pointer[redisConn]
 
-	deadline    atomic.Pointer[sharedDeadline] // the context of the calls starting now
+	deadline atomic.Pointer[sharedDeadline] // the context of the calls starting now
 
 	fails       atomic.Int64 // failed calls in a row
 	pausedUntil atomic.Int64 // unix nanoseconds; while now is before it Redis is skipped
