@@ -150,7 +150,7 @@ func TestGlobalRateLimitReload(t *testing.T) {
 // is decided by Redis again soon after it runs again.
 func TestGlobalRateLimitFrozenRedis(t *testing.T) {
 	const timeout = 50 * time.Millisecond
-	const slack = 400 * time.Millisecond // generous: a wait for a dial or a frozen reply is 1 s and more
+	const slack = 300 * time.Millisecond // generous: a wait for a dial or a frozen reply is 1 s and more
 	s := redistest.Start(t)
 	addr, proc := s.Addr, s.Process()
 	up := startUpstream(t, nil)
@@ -204,10 +204,12 @@ func TestGlobalRateLimitFrozenRedis(t *testing.T) {
 	if len(wrong) > 0 {
 		t.Fatalf("%d answers not as expected with redis frozen, first: %s", len(wrong), wrong[0])
 	}
-	if d := slowest["/g/x"]; d > timeout+slack {
-		t.Errorf("a request of the global route waited %s with redis frozen, timeout %s", d, timeout)
+	// Relative to the other route's slowest request, which sees the same busy machine but no
+	// Redis; that one is bounded well below what a held worker or a frozen reply would cost.
+	if d, plain := slowest["/g/x"], slowest["/plain/x"]; d > timeout+slack+plain {
+		t.Errorf("a request of the global route waited %s with redis frozen, timeout %s (the other route's slowest: %s)", d, timeout, plain)
 	}
-	if d := slowest["/plain/x"]; d > slack {
+	if d := slowest["/plain/x"]; d > time.Second {
 		t.Errorf("a request of the other route waited %s with redis frozen", d)
 	}
 	m := scrape(t, gw.addr)
