@@ -32,7 +32,7 @@ func runBinary(env []string, args ...string) (code int, stdout, stderr string) {
 
 // startCmd starts cmd (the binary) with its stderr collected, kills it when the test ends and
 // waits until it answers /health on port. It returns the stderr and the base URL.
-func startCmd(t *testing.T, cmd *exec.Cmd, port int) (*testnet.Buffer, string) {
+func startCmd(t testing.TB, cmd *exec.Cmd, port int) (*testnet.Buffer, string) {
 	t.Helper()
 	stderr := &testnet.Buffer{}
 	cmd.Stderr = stderr
@@ -153,7 +153,7 @@ type gatewayFiles struct {
 
 // writeGateway writes serverYAML(a free port, server, log) and routes into a temporary
 // directory.
-func writeGateway(t *testing.T, server, log, routes string) gatewayFiles {
+func writeGateway(t testing.TB, server, log, routes string) gatewayFiles {
 	t.Helper()
 	g := gatewayFiles{dir: t.TempDir(), port: testnet.FreePort(t)}
 	g.config = writeFile(t, g.dir, "config.yaml", serverYAML(g.port, server, log))
@@ -162,13 +162,13 @@ func writeGateway(t *testing.T, server, log, routes string) gatewayFiles {
 }
 
 // start starts the binary on the files (startBinary).
-func (g gatewayFiles) start(t *testing.T) (*exec.Cmd, *testnet.Buffer, string) {
+func (g gatewayFiles) start(t testing.TB) (*exec.Cmd, *testnet.Buffer, string) {
 	t.Helper()
 	return startBinary(t, g.config, g.routes, g.port)
 }
 
 // startGateway writes the files (writeGateway) and starts the binary on them.
-func startGateway(t *testing.T, server, log, routes string) (*exec.Cmd, *testnet.Buffer, string) {
+func startGateway(t testing.TB, server, log, routes string) (*exec.Cmd, *testnet.Buffer, string) {
 	t.Helper()
 	return writeGateway(t, server, log, routes).start(t)
 }

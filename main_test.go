@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 }
 
 // startTestUpstream serves h on a loopback port until the test ends and returns its address.
-func startTestUpstream(t *testing.T, h http.HandlerFunc) string {
+func startTestUpstream(t testing.TB, h http.HandlerFunc) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -54,7 +54,7 @@ func startTestUpstream(t *testing.T, h http.HandlerFunc) string {
 	return ln.Addr().String()
 }
 
-func writeFile(t *testing.T, dir, name, content string) string {
+func writeFile(t testing.TB, dir, name, content string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
 	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
@@ -297,14 +297,14 @@ func TestSignalsDuringDrain(t *testing.T) {
 // startBinary starts the gateway binary on cfg and routes, whose server port is port, waits
 // until it answers /health and kills it when the test ends. It returns the process, its stderr
 // and its base URL.
-func startBinary(t *testing.T, cfg, routes string, port int) (*exec.Cmd, *testnet.Buffer, string) {
+func startBinary(t testing.TB, cfg, routes string, port int) (*exec.Cmd, *testnet.Buffer, string) {
 	t.Helper()
 	cmd := exec.Command(binPath, "-config", cfg, "-routes", routes)
 	stderr, base := startCmd(t, cmd, port)
 	return cmd, stderr, base
 }
 
-func waitHealthy(t *testing.T, base string) {
+func waitHealthy(t testing.TB, base string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {

@@ -238,6 +238,8 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, x *exchange, req *fas
 			continue
 		case x.dropsTraceHeader(k): // SPEC 21: Toron's traceparent replaces the client's (trace.go)
 			continue
+		case x.removesRequestHeader(k): // SPEC 20: request_headers remove it (traffic.go)
+			continue
 		case equalFold(k, hdrXForwardedFor):
 			buf = append(buf, v...)
 			buf = append(buf, ", "...)

@@ -20,8 +20,8 @@ import (
 type trafficRules struct {
 	redirect    *conf.Redirect
 	httpsOnly   bool
-	reqHeaders  *conf.HeaderRules
-	respHeaders *conf.HeaderRules
+	reqHeaders  *headerOps
+	respHeaders *headerOps
 	cors        *corsRules
 	compress    *streaming.CompressPolicy
 }
@@ -43,7 +43,7 @@ func newTrafficRules(rc *conf.Route) *trafficRules {
 	if t == nil {
 		return nil
 	}
-	tr := &trafficRules{redirect: t.Redirect, httpsOnly: t.HTTPSOnly, reqHeaders: t.RequestHeaders, respHeaders: t.ResponseHeaders}
+	tr := &trafficRules{redirect: t.Redirect, httpsOnly: t.HTTPSOnly, reqHeaders: newHeaderOps(t.RequestHeaders), respHeaders: newHeaderOps(t.ResponseHeaders)}
 	if c := t.CORS; c != nil {
 		cr := &corsRules{
 			anyOrigin:     c.AnyOrigin(),
@@ -101,7 +101,7 @@ func (x *exchange) answerAtRouting(t *trafficRules) bool {
 // answerPreflight decides the CORS preflight answer (right after SPEC 3 step 5): an OPTIONS
 // request with Origin and Access-Control-Request-Method on a route with cors.
 func (x *exchange) answerPreflight(h *fasthttp.RequestHeader, t *trafficRules) bool {
-	if t.cors == nil || !h.IsOptions() || len(h.Peek(fasthttp.HeaderOrigin)) == 0 || len(h.Peek(fasthttp.HeaderAccessControlRequestMethod)) == 0 {
+	if t.cors == nil || !h.IsOptions() || len(h.PeekCanonical(hdrOrigin)) == 0 || len(h.PeekCanonical(hdrACRequestMethod)) == 0 {
 		return false
 	}
 	x.reject(ansPreflight)
@@ -227,28 +227,100 @@ func (x *exchange) AppendPlaceholder(dst []byte, p conf.Placeholder) []byte {
 	return dst
 }
 
-// headerEditor is what header rules need of a request or response header.
-type headerEditor interface {
-	Del(key string)
-	SetBytesV(key string, value []byte)
-	AddBytesV(key string, value []byte)
+// headerOps are a request_headers or response_headers block compiled for the hot path: each
+// name in canonical form, so that fasthttp's SetCanonical and PeekCanonical skip the copy and
+// normalisation its other setters make per call, and each constant value as bytes, so that
+// only a value with a placeholder is expanded per request.
+type headerOps struct {
+	remove   [][]byte // canonical
+	set, add []headerOp
 }
 
-// applyHeaderRules applies rules to h: remove, then set, then add (SPEC 20).
-func (x *exchange) applyHeaderRules(h headerEditor, rules *conf.HeaderRules) {
+// headerOp is one set or add rule.
+type headerOp struct {
+	name  []byte         // canonical
+	value []byte         // the value, when it holds no placeholder (tmpl nil)
+	tmpl  *conf.Template // the value, expanded per request
+}
+
+// newHeaderOps compiles rules; nil for nil.
+func newHeaderOps(rules *conf.HeaderRules) *headerOps {
+	if rules == nil {
+		return nil
+	}
+	ops := &headerOps{set: compileHeaderOps(rules.Set), add: compileHeaderOps(rules.Add)}
 	for _, name := range rules.Remove {
-		h.Del(name)
+		ops.remove = append(ops.remove, canonicalHeaderName(name))
 	}
-	for i := range rules.Set {
-		v := &rules.Set[i]
-		x.tbuf = v.Value.Append(x.tbuf[:0], x)
-		h.SetBytesV(v.Name, x.tbuf)
+	return ops
+}
+
+func compileHeaderOps(vals []conf.HeaderValue) []headerOp {
+	ops := make([]headerOp, 0, len(vals))
+	for i := range vals {
+		op := headerOp{name: canonicalHeaderName(vals[i].Name)}
+		if lit, ok := vals[i].Value.Literal(); ok {
+			op.value = []byte(lit)
+		} else {
+			op.tmpl = &vals[i].Value
+		}
+		ops = append(ops, op)
 	}
-	for i := range rules.Add {
-		v := &rules.Add[i]
-		x.tbuf = v.Value.Append(x.tbuf[:0], x)
-		h.AddBytesV(v.Name, x.tbuf)
+	return ops
+}
+
+// canonicalHeaderName is name as fasthttp stores it ("x-env" is "X-Env").
+func canonicalHeaderName(name string) []byte {
+	return fasthttp.AppendNormalizedHeaderKey(nil, name)
+}
+
+// headerEditor is what header rules need of a request or response header.
+type headerEditor interface {
+	DelBytes(key []byte)
+	SetCanonical(key, value []byte)
+	AddBytesKV(key, value []byte)
+}
+
+// applyHeaderRules applies ops to h: remove, then set, then add (SPEC 20).
+func (x *exchange) applyHeaderRules(h headerEditor, ops *headerOps) {
+	for _, name := range ops.remove {
+		h.DelBytes(name)
 	}
+	for i := range ops.set {
+		op := &ops.set[i]
+		h.SetCanonical(op.name, x.headerValue(op))
+	}
+	for i := range ops.add {
+		op := &ops.add[i]
+		h.AddBytesKV(op.name, x.headerValue(op))
+	}
+}
+
+// headerValue is op's value for this request: the constant, or the template expanded into
+// x.tbuf (valid until the next expansion).
+func (x *exchange) headerValue(op *headerOp) []byte {
+	if op.tmpl == nil {
+		return op.value
+	}
+	x.tbuf = op.tmpl.Append(x.tbuf[:0], x)
+	return x.tbuf
+}
+
+// removesRequestHeader reports whether the route's request_headers remove the client's header
+// named k (canonical, as fasthttp parsed it), so that prepareRequest does not copy a header
+// only to delete it (a Cookie copied is parsed). applyHeaderRules still removes every name
+// afterwards, for the headers Toron sets itself.
+func (x *exchange) removesRequestHeader(k []byte) bool {
+	t := x.route.traffic
+	if t == nil || t.reqHeaders == nil {
+		return false
+	}
+	for _, name := range t.reqHeaders.remove {
+		if bytes.Equal(name, k) {
+			return true
+		}
+	}
+	return false
 }
 
 // applyRequestTraffic edits the request forwarded upstream (after prepareRequest's own headers).
@@ -293,7 +365,7 @@ func (c *corsRules) allowedOrigin(origin []byte) []byte {
 		return starOrigin
 	}
 	for _, o := range c.origins {
-		if equalFold(o, origin) {
+		if bytes.Equal(o, origin) || equalFold(o, origin) { // browsers send it lower-case
 			return origin
 		}
 	}
@@ -301,47 +373,64 @@ func (c *corsRules) allowedOrigin(origin []byte) []byte {
 }
 
 // actual adds the CORS headers of an answer to an allowed origin, and Vary: Origin to every
-// answer of the route (the answer depends on the Origin header).
+// answer of the route (the answer depends on the Origin header). The names are canonical
+// bytes: SetCanonical and PeekCanonical skip the copy and normalisation of fasthttp's other
+// setters.
 func (c *corsRules) actual(h *fasthttp.ResponseHeader, req *fasthttp.RequestHeader) {
 	if !c.anyOrigin {
-		h.Add(fasthttp.HeaderVary, fasthttp.HeaderOrigin)
+		h.AddBytesKV(hdrVary, hdrOrigin)
 	}
-	allow := c.allowedOrigin(req.Peek(fasthttp.HeaderOrigin))
+	allow := c.allowedOrigin(req.PeekCanonical(hdrOrigin))
 	if allow == nil {
 		return
 	}
 	if c.anyOrigin {
-		h.Add(fasthttp.HeaderVary, fasthttp.HeaderOrigin)
+		h.AddBytesKV(hdrVary, hdrOrigin)
 	}
-	h.SetBytesV(fasthttp.HeaderAccessControlAllowOrigin, allow)
+	h.SetCanonical(hdrACAllowOrigin, allow)
 	if c.credentials {
-		h.Set(fasthttp.HeaderAccessControlAllowCredentials, "true")
+		h.SetCanonical(hdrACAllowCredentials, strTrue)
 	}
 	if len(c.exposeHeaders) > 0 {
-		h.SetBytesV(fasthttp.HeaderAccessControlExposeHeaders, c.exposeHeaders)
+		h.SetCanonical(hdrACExposeHeaders, c.exposeHeaders)
 	}
 }
 
 // preflight writes the headers of a preflight answer: for an allowed origin, the methods,
 // headers and max age; for another, none (the browser then refuses the actual request).
 func (c *corsRules) preflight(h *fasthttp.ResponseHeader, req *fasthttp.RequestHeader) {
-	h.Add(fasthttp.HeaderVary, "Origin, Access-Control-Request-Method, Access-Control-Request-Headers")
-	allow := c.allowedOrigin(req.Peek(fasthttp.HeaderOrigin))
+	h.AddBytesKV(hdrVary, preflightVary)
+	allow := c.allowedOrigin(req.PeekCanonical(hdrOrigin))
 	if allow == nil {
 		return
 	}
-	h.SetBytesV(fasthttp.HeaderAccessControlAllowOrigin, allow)
+	h.SetCanonical(hdrACAllowOrigin, allow)
 	if c.credentials {
-		h.Set(fasthttp.HeaderAccessControlAllowCredentials, "true")
+		h.SetCanonical(hdrACAllowCredentials, strTrue)
 	}
-	h.SetBytesV(fasthttp.HeaderAccessControlAllowMethods, c.allowMethods)
+	h.SetCanonical(hdrACAllowMethods, c.allowMethods)
 	if len(c.allowHeaders) > 0 {
-		h.SetBytesV(fasthttp.HeaderAccessControlAllowHeaders, c.allowHeaders)
+		h.SetCanonical(hdrACAllowHeaders, c.allowHeaders)
 	}
 	if c.maxAge != nil {
-		h.SetBytesV(fasthttp.HeaderAccessControlMaxAge, c.maxAge)
+		h.SetCanonical(hdrACMaxAge, c.maxAge)
 	}
 }
+
+// The canonical names of the CORS headers, and their constant values.
+var (
+	hdrVary               = []byte(fasthttp.HeaderVary)
+	hdrOrigin             = []byte(fasthttp.HeaderOrigin)
+	hdrACRequestMethod    = []byte(fasthttp.HeaderAccessControlRequestMethod)
+	hdrACAllowOrigin      = []byte(fasthttp.HeaderAccessControlAllowOrigin)
+	hdrACAllowCredentials = []byte(fasthttp.HeaderAccessControlAllowCredentials)
+	hdrACAllowMethods     = []byte(fasthttp.HeaderAccessControlAllowMethods)
+	hdrACAllowHeaders     = []byte(fasthttp.HeaderAccessControlAllowHeaders)
+	hdrACExposeHeaders    = []byte(fasthttp.HeaderAccessControlExposeHeaders)
+	hdrACMaxAge           = []byte(fasthttp.HeaderAccessControlMaxAge)
+	preflightVary         = []byte("Origin, Access-Control-Request-Method, Access-Control-Request-Headers")
+	strTrue               = []byte("true")
+)
 
 var (
 	hdrLocation = []byte("Location")

@@ -138,7 +138,7 @@ func TestHTTPSRedirectListener(t *testing.T) {
 }
 
 // TestHeaderRules: request_headers and response_headers, with placeholders, after Toron's own
-// headers.
+// headers; names in any case (x-request-id replaces the X-Request-Id Toron set).
 func TestHeaderRules(t *testing.T) {
 	u := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Server", "legacy/1.0")
@@ -151,11 +151,11 @@ func TestHeaderRules(t *testing.T) {
 	})
 	gw := startGateway(t, "", upstreamRoute("/api", u.addr, `name: api
 request_headers:
-  set: {X-Env: prod, X-Client: "{client_ip} via {route}", X-Request-Id: "overridden-{request_id}"}
+  set: {X-Env: prod, X-Client: "{client_ip} via {route}", x-request-id: "overridden-{request_id}"}
   add: {X-Tag: "{host}"}
-  remove: [Cookie]
+  remove: [cookie]
 response_headers:
-  remove: [Server]
+  remove: [server]
   set: {Strict-Transport-Security: max-age=63072000, X-Route: "{route}"}
   add: {X-Tag: b}`))
 	rr := rawRequest(t, gw.addr, "GET /api/x HTTP/1.1\r\nHost: h.example:1\r\nCookie: a=b\r\nX-Tag: from-client\r\nX-Request-Id: rid-7\r\n\r\n")

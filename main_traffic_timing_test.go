@@ -1,0 +1,174 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// BenchmarkToronCPUPaired measures the CPU of the Toron process alone (the real binary; the
+// clients and the upstream are this test process, so their work is not counted), in paired
+// rounds: each round sends toronRound requests with one side, then as many with the other (the
+// order alternates), and reads each Toron process's CPU time from the kernel's per-thread
+// accounting (/proc/PID/task/*/schedstat, nanoseconds). cpu-ratio is the median over rounds of
+// the second side's CPU per request over the first's; base-cpu-ns/req and cpu-ns/req are each
+// side's CPU per request over all rounds.
+//
+//   - traffic-rules: a small GET (with an Origin and a Cookie) to a Toron without traffic rules,
+//     then to one whose route has SPEC 20's header rules and CORS (target: within 3%).
+//   - compress-2KiB/CODING: one Toron with compress: true in front of a 2 KiB JSON answer (with a
+//     Content-Length), the answer sent as it is (no Accept-Encoding), then compressed.
+func BenchmarkToronCPUPaired(b *testing.B) {
+	tiny := []byte(`{"service":"api","ok":true}`)
+	upTiny := startTestUpstream(b, jsonHandler(tiny))
+	b.Run("traffic-rules", func(b *testing.B) {
+		const rules = `
+    request_headers: {set: {X-Env: prod, X-Client: "{client_ip}"}, remove: [Cookie]}
+    response_headers: {set: {Strict-Transport-Security: max-age=63072000, X-Route: "{route}"}, remove: [Server]}
+    cors: {allow_origins: ["https://app.example.com"], allow_methods: [GET, POST], expose_headers: [X-Total]}`
+		headers := []string{"Origin", "https://app.example.com", "Cookie", "session=abc"}
+		off := startToronRoute(b, upTiny, "")
+		on := startToronRoute(b, upTiny, rules)
+		measureToronPaired(b, [2]toronSide{off.side(b, headers...), on.side(b, headers...)})
+	})
+	up2k := startTestUpstream(b, jsonHandler(jsonList(2<<10)))
+	gw := startToronRoute(b, up2k, "\n    compress: true")
+	for _, enc := range []string{"zstd", "br", "gzip"} {
+		b.Run("compress-2KiB/"+enc, func(b *testing.B) {
+			measureToronPaired(b, [2]toronSide{gw.side(b), gw.side(b, "Accept-Encoding", enc)})
+		})
+	}
+}
+
+// jsonHandler answers body as application/json.
+func jsonHandler(body []byte) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		_, _ = w.Write(body)
+	}
+}
+
+// jsonList is about n bytes of an API's JSON list.
+func jsonList(n int) []byte {
+	b := []byte(`{"items":[`)
+	for i := 0; len(b) < n-80; i++ {
+		b = fmt.Appendf(b, `{"id":%d,"name":"user-%d","email":"u%d@example.com","active":%t},`, i, i*7, i, i%3 == 0)
+	}
+	return append(b[:len(b)-1], "]}"...)
+}
+
+// toronProc is a Toron process started for a benchmark.
+type toronProc struct {
+	pid  int
+	base string
+}
+
+// startToronRoute starts the binary with one route, /api to upstream, with the extra route keys
+// (indented YAML lines), and the access log off.
+func startToronRoute(b *testing.B, upstream, extra string) toronProc {
+	b.Helper()
+	cmd, _, base := startGateway(b, "  drain_delay: 0s\n", "  access: false\n", fmt.Sprintf("routes:\n  - type: upstream\n    prefix: /api\n    target: \"http://%s\"%s\n", upstream, extra))
+	return toronProc{pid: cmd.Process.Pid, base: base}
+}
+
+// toronSide sends one request to a Toron process.
+type toronSide struct {
+	pid  int
+	send func()
+}
+
+// side returns a keep-alive client of p sending GET /api/users with the header pairs (name,
+// value, ...), failing the benchmark on an error or a status other than 200. The transport
+// never adds an Accept-Encoding of its own.
+func (p toronProc) side(b *testing.B, headers ...string) toronSide {
+	tr := &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 1}
+	b.Cleanup(tr.CloseIdleConnections)
+	client := &http.Client{Transport: tr}
+	req, err := http.NewRequest("GET", p.base+"/api/users", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for k := 0; k+1 < len(headers); k += 2 {
+		req.Header.Set(headers[k], headers[k+1])
+	}
+	return toronSide{pid: p.pid, send: func() {
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			b.Fatalf("status %d", resp.StatusCode)
+		}
+	}}
+}
+
+// measureToronPaired runs the paired rounds of BenchmarkToronCPUPaired over sides.
+func measureToronPaired(b *testing.B, sides [2]toronSide) {
+	const toronRound = 200
+	for _, s := range sides {
+		for range toronRound {
+			s.send() // warm the connections and the pools
+		}
+	}
+	var ratios []float64
+	var total [2]int64
+	b.ResetTimer()
+	for done, r := 0, 0; done < b.N; r++ {
+		var cpu [2]int64
+		for k := range 2 {
+			side := (k + r) & 1
+			start := processThreadsCPU(b, sides[side].pid)
+			for range toronRound {
+				sides[side].send()
+			}
+			cpu[side] = processThreadsCPU(b, sides[side].pid) - start
+			total[side] += cpu[side]
+		}
+		done += toronRound
+		if cpu[0] > 0 {
+			ratios = append(ratios, float64(cpu[1])/float64(cpu[0]))
+		}
+	}
+	b.StopTimer()
+	if len(ratios) > 0 {
+		slices.Sort(ratios)
+		n := float64(len(ratios) * toronRound)
+		b.ReportMetric(ratios[len(ratios)/2], "cpu-ratio")
+		b.ReportMetric(float64(len(ratios)), "rounds")
+		b.ReportMetric(float64(total[0])/n, "base-cpu-ns/req")
+		b.ReportMetric(float64(total[1])/n, "cpu-ns/req")
+	}
+}
+
+// processThreadsCPU is the CPU time, in nanoseconds, that process pid's threads have run: the
+// first field of each /proc/PID/task/TID/schedstat. A thread that ended took its time with it
+// (Go's threads rarely end).
+func processThreadsCPU(b *testing.B, pid int) int64 {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(tasks) == 0 {
+		b.Skipf("no /proc/%d/task/*/schedstat", pid)
+	}
+	var sum int64
+	for _, p := range tasks {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		field, _, _ := strings.Cut(string(data), " ")
+		ns, err := strconv.ParseInt(field, 10, 64)
+		if err != nil {
+			b.Fatalf("%s: %q", p, data)
+		}
+		sum += ns
+	}
+	return sum
+}
