@@ -111,42 +111,12 @@ func (p toronProc) side(b *testing.B, headers ...string) toronSide {
 	}}
 }
 
-// measureToronPaired runs the paired rounds of BenchmarkToronCPUPaired over sides.
+// measureToronPaired runs the paired rounds of BenchmarkToronCPUPaired over sides, each
+// measured on its own Toron process.
 func measureToronPaired(b *testing.B, sides [2]toronSide) {
 	const toronRound = 200
-	for _, s := range sides {
-		for range toronRound {
-			s.send() // warm the connections and the pools
-		}
-	}
-	var ratios []float64
-	var total [2]int64
-	b.ResetTimer()
-	for done, r := 0, 0; done < b.N; r++ {
-		var cpu [2]int64
-		for k := range 2 {
-			side := (k + r) & 1
-			start := processThreadsCPU(b, sides[side].pid)
-			for range toronRound {
-				sides[side].send()
-			}
-			cpu[side] = processThreadsCPU(b, sides[side].pid) - start
-			total[side] += cpu[side]
-		}
-		done += toronRound
-		if cpu[0] > 0 {
-			ratios = append(ratios, float64(cpu[1])/float64(cpu[0]))
-		}
-	}
-	b.StopTimer()
-	if len(ratios) > 0 {
-		slices.Sort(ratios)
-		n := float64(len(ratios) * toronRound)
-		b.ReportMetric(ratios[len(ratios)/2], "cpu-ratio")
-		b.ReportMetric(float64(len(ratios)), "rounds")
-		b.ReportMetric(float64(total[0])/n, "base-cpu-ns/req")
-		b.ReportMetric(float64(total[1])/n, "cpu-ns/req")
-	}
+	cpu := func(s toronSide) func() int64 { return func() int64 { return processThreadsCPU(b, s.pid) } }
+	pairedCPU(b, toronRound, [2]func(){sides[0].send, sides[1].send}, [2]func() int64{cpu(sides[0]), cpu(sides[1])})
 }
 
 // processThreadsCPU is the CPU time, in nanoseconds, that process pid's threads have run: the
@@ -171,4 +141,49 @@ func processThreadsCPU(b *testing.B, pid int) int64 {
 		sum += ns
 	}
 	return sum
+}
+
+// pairedCPU is the paired-rounds measurement of BenchmarkToronCPUPaired (the gateway
+// package's measureCPUPaired reads only the test process's clock): b.N requests with each of
+// two sides, in rounds of round requests, one side's round then the other's (the order
+// alternating), cpu[side] read before and after each (a CPU clock in nanoseconds: the test
+// process's, or another process's). It reports cpu-ratio, the median over rounds of side 1's
+// CPU over side 0's, the rounds, and each side's CPU per request over all rounds
+// (base-cpu-ns/req for side 0, cpu-ns/req for side 1). One round of each, unmeasured, warms
+// the connections first.
+func pairedCPU(b *testing.B, round int, send [2]func(), cpu [2]func() int64) {
+	for _, s := range send {
+		for range round {
+			s()
+		}
+	}
+	var ratios []float64
+	var total [2]int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done, r := 0, 0; done < b.N; r++ {
+		var spent [2]int64
+		for k := range 2 {
+			side := (k + r) & 1
+			start := cpu[side]()
+			for range round {
+				send[side]()
+			}
+			spent[side] = cpu[side]() - start
+			total[side] += spent[side]
+		}
+		done += round
+		if spent[0] > 0 {
+			ratios = append(ratios, float64(spent[1])/float64(spent[0]))
+		}
+	}
+	b.StopTimer()
+	if len(ratios) > 0 {
+		slices.Sort(ratios)
+		n := float64(len(ratios) * round)
+		b.ReportMetric(ratios[len(ratios)/2], "cpu-ratio")
+		b.ReportMetric(float64(len(ratios)), "rounds")
+		b.ReportMetric(float64(total[0])/n, "base-cpu-ns/req")
+		b.ReportMetric(float64(total[1])/n, "cpu-ns/req")
+	}
 }

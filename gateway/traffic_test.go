@@ -458,13 +458,7 @@ func TestCompressStreamsPauses(t *testing.T) {
 // TestTrafficRulesAllocs: header rules and CORS headers, placeholders expanded, add no
 // allocation per request.
 func TestTrafficRulesAllocs(t *testing.T) {
-	cfg := loadConfig(t, "", upstreamRoute("/api", "127.0.0.1:1", trafficRulesRoute))
-	var ctx fasthttp.RequestCtx
-	ctx.Request.Header.SetHost("a.example:8080")
-	ctx.Request.Header.Set("Origin", "https://app.example.com")
-	x := &exchange{curCtx: &ctx, stats: &routeStats{name: "api"}, route: &route{traffic: newTrafficRules(&cfg.Routes[0])}}
-	x.reqID = []byte("rid-1")
-	x.clientIP = netip.MustParseAddr("192.0.2.7")
+	x, ctx := trafficExchange(t)
 	var out fasthttp.RequestHeader
 	run := func() {
 		out.Reset()
@@ -472,7 +466,7 @@ func TestTrafficRulesAllocs(t *testing.T) {
 		x.applyRequestTraffic(&out)
 		ctx.Response.Header.Reset()
 		ctx.Response.Header.Set("Server", "legacy")
-		x.applyResponseTraffic(&ctx, -1)
+		x.applyResponseTraffic(ctx, -1)
 	}
 	run()
 	if string(out.Peek("X-Client")) != "192.0.2.7" || len(out.Peek("Cookie")) != 0 || string(ctx.Response.Header.Peek("X-Route")) != "api" ||
@@ -482,4 +476,17 @@ func TestTrafficRulesAllocs(t *testing.T) {
 	if allocs := testing.AllocsPerRun(200, run); allocs != 0 {
 		t.Errorf("traffic rules allocate %.1f times per request", allocs)
 	}
+}
+
+// trafficExchange is an exchange on a route with trafficRulesRoute, without sockets: a request
+// to a.example:8080 with an Origin, from 192.0.2.7, request id rid-1.
+func trafficExchange(tb testing.TB) (*exchange, *fasthttp.RequestCtx) {
+	cfg := loadConfig(tb, "", upstreamRoute("/api", "127.0.0.1:1", trafficRulesRoute))
+	ctx := &fasthttp.RequestCtx{}
+	ctx.Request.Header.SetHost("a.example:8080")
+	ctx.Request.Header.Set("Origin", "https://app.example.com")
+	x := &exchange{curCtx: ctx, stats: &routeStats{name: "api"}, route: &route{traffic: newTrafficRules(&cfg.Routes[0])}}
+	x.reqID = []byte("rid-1")
+	x.clientIP = netip.MustParseAddr("192.0.2.7")
+	return x, ctx
 }

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"net/netip"
 	"testing"
 	"time"
 
@@ -70,13 +69,8 @@ func originClient(b *testing.B, addr string) func() time.Duration {
 // iteration first rebuilds the headers Toron would have made; the none row is that alone.
 // cpu-ns/op is the process's CPU per iteration, steadier than ns/op on a shared machine.
 func BenchmarkTrafficRulesApply(b *testing.B) {
-	cfg := loadConfig(b, "", upstreamRoute("/api", "127.0.0.1:1", trafficRulesRoute))
-	var ctx fasthttp.RequestCtx
-	ctx.Request.Header.SetHost("a.example:8080")
-	ctx.Request.Header.Set("Origin", "https://app.example.com")
-	x := &exchange{curCtx: &ctx, stats: &routeStats{name: "api"}, route: &route{traffic: newTrafficRules(&cfg.Routes[0])}}
+	x, ctx := trafficExchange(b)
 	x.reqID = []byte("0123456789abcdef0123456789abcdef")
-	x.clientIP = netip.MustParseAddr("192.0.2.7")
 	var out fasthttp.RequestHeader
 	build := func() {
 		out.Reset()
@@ -99,7 +93,7 @@ func BenchmarkTrafficRulesApply(b *testing.B) {
 	}{
 		{"none", func() {}},
 		{"request", func() { x.applyRequestTraffic(&out) }},
-		{"response", func() { x.applyResponseTraffic(&ctx, 27) }},
+		{"response", func() { x.applyResponseTraffic(ctx, 27) }},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			b.ReportAllocs()
