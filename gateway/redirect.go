@@ -49,6 +49,9 @@ func (g *Gateway) ServeRedirect(ln net.Listener) error {
 	l := newListener(g.proxyProtocol(ln), g)
 	l.redirect = true
 	g.redir.ln.Store(l)
+	if g.shut.Load() {
+		_ = l.Close() // Shutdown came first: Serve returns at its first Accept (as Serve)
+	}
 	return g.redir.srv.Serve(l)
 }
 
@@ -58,8 +61,10 @@ func (g *Gateway) shutdownRedirect(ctx context.Context) error {
 		return nil
 	}
 	err := g.redir.srv.ShutdownWithContext(ctx)
-	if err != nil {
-		if l := g.redir.ln.Load(); l != nil {
+	if l := g.redir.ln.Load(); l != nil {
+		// As in Shutdown: a ServeRedirect that stored its listener before fasthttp knew it.
+		_ = l.Close()
+		if err != nil {
 			l.closeAll()
 		}
 	}

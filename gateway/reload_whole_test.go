@@ -121,3 +121,33 @@ func TestShutdownBeforeServe(t *testing.T) {
 		t.Fatal("Serve after Shutdown still serves")
 	}
 }
+
+// TestShutdownBeforeServeRedirect: the same race on the HTTPS redirect listener: a ServeRedirect
+// that starts after Shutdown returns instead of serving on.
+func TestShutdownBeforeServeRedirect(t *testing.T) {
+	_, c1, k1 := testnet.NewCA(t).IssueFiles(t, "gw", "gw.test")
+	port := testnet.FreePort(t)
+	g, err := New(loadConfig(t, "port: 8443\n"+tlsServerYAML(fmt.Sprintf("http_redirect: {port: %d}", port), c1, k1),
+		upstreamRoute("/api", testnet.RefusedAddr(t), "")), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rln, err := g.ListenRedirect()
+	if err != nil || rln == nil {
+		t.Fatalf("ListenRedirect: %v %v", rln, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := g.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.ServeRedirect(rln) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = rln.Close() // let the goroutine end
+		<-done
+		t.Fatal("ServeRedirect after Shutdown still serves")
+	}
+}
