@@ -103,22 +103,8 @@ func TestShutdownBeforeServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := g.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ln) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Serve after Shutdown: %v, want nil", err)
-		}
-	case <-time.After(5 * time.Second):
-		_ = ln.Close() // let the goroutine end
-		<-done
-		t.Fatal("Serve after Shutdown still serves")
+	if err := shutdownThenServe(t, g, ln, g.Serve); err != nil {
+		t.Errorf("Serve after Shutdown: %v, want nil", err)
 	}
 }
 
@@ -136,18 +122,27 @@ func TestShutdownBeforeServeRedirect(t *testing.T) {
 	if err != nil || rln == nil {
 		t.Fatalf("ListenRedirect: %v %v", rln, err)
 	}
+	_ = shutdownThenServe(t, g, rln, g.ServeRedirect)
+}
+
+// shutdownThenServe shuts g down, then starts serve on ln, and fails the test unless serve
+// returns within 5 s; it returns serve's error.
+func shutdownThenServe(t *testing.T, g *Gateway, ln net.Listener, serve func(net.Listener) error) error {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := g.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- g.ServeRedirect(rln) }()
+	go func() { done <- serve(ln) }()
 	select {
-	case <-done:
+	case err := <-done:
+		return err
 	case <-time.After(5 * time.Second):
-		_ = rln.Close() // let the goroutine end
+		_ = ln.Close() // let the goroutine end
 		<-done
-		t.Fatal("ServeRedirect after Shutdown still serves")
+		t.Fatal("serving after Shutdown goes on")
+		return nil
 	}
 }
