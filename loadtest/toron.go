@@ -164,7 +164,7 @@ func (t *Toron) Metrics(prefix string) []string {
 	return out
 }
 
-// process is a started server: the gateway, or nginx for reference (nginx.go). It is stopped
+// process is a started server: the gateway, or nginx for reference (peers.go). It is stopped
 // when the load test is interrupted (SIGINT, SIGTERM) and, as a last resort, when the load
 // test dies (the child's parent-death signal).
 type process struct {
