@@ -98,15 +98,13 @@ func authFlood(o options) error {
 	if err != nil {
 		return err
 	}
-	up, err := StartUpstream("127.0.0.1:0")
+	up, gw, err := startBehindUpstream(func(upstream string) (*Toron, error) {
+		return StartToronRoutes(o.toron, dir, fmt.Sprintf(authFloodRoutes, upstream, abs))
+	})
 	if err != nil {
 		return err
 	}
 	defer up.Close()
-	gw, err := StartToronRoutes(o.toron, dir, fmt.Sprintf(authFloodRoutes, up.Addr(), abs))
-	if err != nil {
-		return err
-	}
 	base := gw.URL()
 	apiText := fmt.Sprintf("/api open loop at %d req/s", o.apiRate)
 	if o.apiConns > 0 {

@@ -147,15 +147,13 @@ func globalRL(o options) error {
 		return err
 	}
 	defer rs.stop()
-	up, err := StartUpstream("127.0.0.1:0")
+	up, gw, err := startBehindUpstream(func(upstream string) (*Toron, error) {
+		return StartToronRedis(o.toron, dir, fmt.Sprintf(globalRLRoutes, upstream), rs.addr)
+	})
 	if err != nil {
 		return err
 	}
 	defer up.Close()
-	gw, err := StartToronRedis(o.toron, dir, fmt.Sprintf(globalRLRoutes, up.Addr()), rs.addr)
-	if err != nil {
-		return err
-	}
 	rate := o.rate
 	if !o.rateSet {
 		rate = 5000

@@ -30,18 +30,31 @@ func setup(o options, bulkhead int) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	up, err := StartUpstream("127.0.0.1:0")
+	up, gw, err := startBehindUpstream(func(upstream string) (*Toron, error) {
+		return StartToron(o.toron, dir, RouteOptions{Upstream: upstream, ReportsMaxConcurrency: bulkhead})
+	})
 	if err != nil {
-		return nil, err
-	}
-	gw, err := StartToron(o.toron, dir, RouteOptions{Upstream: up.Addr(), ReportsMaxConcurrency: bulkhead})
-	if err != nil {
-		up.Close()
 		return nil, err
 	}
 	fmt.Printf("loadtest %s: upstream %s, gateway %s (pid %d, files in %s)\n",
 		o.scenario, up.URL(), gw.URL(), gw.PID(), dir)
 	return &env{o: o, up: up, gw: gw}, nil
+}
+
+// startBehindUpstream starts the load test's upstream (StartUpstream on a free loopback port)
+// and then, with start, which gets the upstream's host:port, a gateway in front of it. When the
+// gateway does not start, the upstream is closed again.
+func startBehindUpstream(start func(upstream string) (*Toron, error)) (*Upstream, *Toron, error) {
+	up, err := StartUpstream("127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	gw, err := start(up.Addr())
+	if err != nil {
+		up.Close()
+		return nil, nil, err
+	}
+	return up, gw, nil
 }
 
 // close stops the gateway (SIGTERM) and the upstream; an unclean gateway exit is an error.

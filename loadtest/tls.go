@@ -172,15 +172,15 @@ func tlsSilent(o options) error {
 	if err != nil {
 		return err
 	}
-	up, err := StartUpstream("127.0.0.1:0")
+	var client *http.Client
+	up, gw, err := startBehindUpstream(func(upstream string) (gw *Toron, err error) {
+		gw, client, err = StartToronTLS(o.toron, dir, RouteOptions{Upstream: upstream, ReportsMaxConcurrency: o.bulkhead})
+		return gw, err
+	})
 	if err != nil {
 		return err
 	}
 	defer up.Close()
-	gw, client, err := StartToronTLS(o.toron, dir, RouteOptions{Upstream: up.Addr(), ReportsMaxConcurrency: o.bulkhead})
-	if err != nil {
-		return err
-	}
 	fmt.Printf("loadtest tls-silent: upstream %s, gateway %s (pid %d, files in %s)\n", up.URL(), gw.URL(), gw.PID(), dir)
 	addr := strings.TrimPrefix(gw.URL(), "https://")
 

@@ -132,15 +132,13 @@ func tunnelScenario(o options) error {
 	}
 	defer echo.Stop()
 	echoAddr := strings.TrimPrefix(echo.URL(), "http://")
-	api, err := StartUpstream("127.0.0.1:0")
+	api, gw, err := startBehindUpstream(func(upstream string) (*Toron, error) {
+		return StartToron(o.toron, dir, RouteOptions{Upstream: upstream, ReportsMaxConcurrency: o.bulkhead, WSUpstream: echoAddr, MaxTunnels: o.tunnels + 64})
+	})
 	if err != nil {
 		return err
 	}
 	defer api.Close()
-	gw, err := StartToron(o.toron, dir, RouteOptions{Upstream: api.Addr(), ReportsMaxConcurrency: o.bulkhead, WSUpstream: echoAddr, MaxTunnels: o.tunnels + 64})
-	if err != nil {
-		return err
-	}
 	stopped := false
 	defer func() {
 		if !stopped {
