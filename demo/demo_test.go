@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -201,6 +202,35 @@ func TestReportStreamsPadding(t *testing.T) {
 	}
 	if resp.ContentLength != int64(len(line))+size {
 		t.Errorf("Content-Length %d, want %d", resp.ContentLength, int64(len(line))+size)
+	}
+}
+
+// TestSlidingDeadline: the first read arms the deadline bodyIdleTimeout ahead, a read within
+// half the window leaves it, a later one re-arms it, a failing set is returned, and once Close
+// began every read fails with errShuttingDown.
+func TestSlidingDeadline(t *testing.T) {
+	var set []time.Time
+	var setErr error
+	done := make(chan struct{})
+	d := slidingDeadline{done: done, set: func(at time.Time) error {
+		set = append(set, at)
+		return setErr
+	}}
+	before := time.Now()
+	if err := d.next(); err != nil || len(set) != 1 || set[0].Before(before.Add(bodyIdleTimeout)) {
+		t.Fatalf("first next: %v, deadlines set %v; want one, bodyIdleTimeout ahead", err, set)
+	}
+	if err := d.next(); err != nil || len(set) != 1 {
+		t.Fatalf("next right after: %v, deadlines set %v; want none more", err, set)
+	}
+	d.armed = d.armed.Add(-bodyIdleTimeout/2 - time.Second)
+	setErr = errors.New("closed connection")
+	if err := d.next(); err != setErr || len(set) != 2 {
+		t.Fatalf("next past half the window: %v, deadlines set %v; want a second one and its error", err, set)
+	}
+	close(done)
+	if err := d.next(); err != errShuttingDown || len(set) != 2 {
+		t.Fatalf("next after Close: %v, deadlines set %v; want errShuttingDown and none more", err, set)
 	}
 }
 

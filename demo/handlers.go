@@ -175,7 +175,7 @@ func (u *Upstreams) serveReports(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("text/plain; charset=utf-8")
 	// A generated reader with a known length: fasthttp copies it to the socket in the handler's
 	// goroutine with a Content-Length, so memory stays constant whatever the size.
-	ctx.SetBodyStream(&reportBody{ctx: ctx, done: u.done, head: head, left: size}, len(head)+int(size))
+	ctx.SetBodyStream(&reportBody{slide: slidingDeadline{done: u.done, set: ctx.SetWriteDeadline}, head: head, left: size}, len(head)+int(size))
 }
 
 // serveUpload reads the body of any path in constant memory and answers its length, its
@@ -216,7 +216,7 @@ func (u *Upstreams) drainBody(ctx *fasthttp.RequestCtx, w io.Writer) (int64, err
 	bufp := copyBuffers.Get().(*[]byte)
 	defer copyBuffers.Put(bufp)
 	// onlyWriter hides io.Discard's ReaderFrom, which would bypass the pooled buffer.
-	return io.CopyBuffer(onlyWriter{w}, &slidingReader{ctx: ctx, r: stream, done: u.done}, *bufp)
+	return io.CopyBuffer(onlyWriter{w}, &slidingReader{r: stream, slide: slidingDeadline{done: u.done, set: ctx.SetReadDeadline}}, *bufp)
 }
 
 // shuttingDown reports whether Close began.
@@ -229,56 +229,61 @@ func (u *Upstreams) shuttingDown() bool {
 	}
 }
 
-// slidingReader reads a request body stream, re-arming the connection's read deadline to
-// bodyIdleTimeout whenever less than half of the window remains.
-type slidingReader struct {
-	ctx   *fasthttp.RequestCtx
-	r     io.Reader
+// slidingDeadline is one of a connection's deadlines (set: its read or its write deadline),
+// re-armed to bodyIdleTimeout whenever less than half of the window remains, so that a large
+// body to or from a slow but live client completes; once done is closed (Close began), it
+// fails instead.
+type slidingDeadline struct {
 	done  <-chan struct{}
+	set   func(time.Time) error
 	armed time.Time
+}
+
+// next is called before each read of a body: errShuttingDown once Close began, else the
+// deadline re-armed when due.
+func (d *slidingDeadline) next() error {
+	select {
+	case <-d.done:
+		return errShuttingDown
+	default:
+	}
+	if now := time.Now(); now.Sub(d.armed) > bodyIdleTimeout/2 {
+		if err := d.set(now.Add(bodyIdleTimeout)); err != nil {
+			return err
+		}
+		d.armed = now
+	}
+	return nil
+}
+
+// slidingReader reads a request body stream, sliding the connection's read deadline.
+type slidingReader struct {
+	r     io.Reader
+	slide slidingDeadline
 }
 
 // Read reads from the stream, or fails once Close began.
 func (s *slidingReader) Read(p []byte) (int, error) {
-	select {
-	case <-s.done:
-		return 0, errShuttingDown
-	default:
-	}
-	if now := time.Now(); now.Sub(s.armed) > bodyIdleTimeout/2 {
-		if err := s.ctx.SetReadDeadline(now.Add(bodyIdleTimeout)); err != nil {
-			return 0, err
-		}
-		s.armed = now
+	if err := s.slide.next(); err != nil {
+		return 0, err
 	}
 	return s.r.Read(p)
 }
 
 // reportBody is a report's streamed body: the JSON line, then left bytes of padding. It slides
-// the connection's write deadline the way slidingReader slides the read deadline, so a large
-// download to a slow but live client completes.
+// the connection's write deadline, so a large download to a slow but live client completes.
 type reportBody struct {
-	ctx   *fasthttp.RequestCtx
-	done  <-chan struct{}
+	slide slidingDeadline
 	head  []byte
 	left  int64
 	off   int
-	armed time.Time
 }
 
 // Read fills p with the next bytes of the report, or fails once Close began (the client then
 // sees a truncated body, never a clean end).
 func (r *reportBody) Read(p []byte) (int, error) {
-	select {
-	case <-r.done:
-		return 0, errShuttingDown
-	default:
-	}
-	if now := time.Now(); now.Sub(r.armed) > bodyIdleTimeout/2 {
-		if err := r.ctx.SetWriteDeadline(now.Add(bodyIdleTimeout)); err != nil {
-			return 0, err
-		}
-		r.armed = now
+	if err := r.slide.next(); err != nil {
+		return 0, err
 	}
 	if r.off < len(r.head) {
 		n := copy(p, r.head[r.off:])
