@@ -27,15 +27,22 @@ func usersFile(t testing.TB, users ...string) string {
 	return writeFile(t, "users", []byte(b.String()))
 }
 
+// newBasic is NewBasic(o), which must succeed.
+func newBasic(t testing.TB, o BasicOptions) *Basic {
+	t.Helper()
+	b, err := NewBasic(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func basicHeader(user, pass string) string {
 	return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
 }
 
 func TestBasicAcceptsGoodRefusesBad(t *testing.T) {
-	b, err := NewBasic(BasicOptions{UsersFile: usersFile(t, "alice", "s3cret", "bob", "hunter2"), Realm: "ops"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newBasic(t, BasicOptions{UsersFile: usersFile(t, "alice", "s3cret", "bob", "hunter2"), Realm: "ops"})
 	cases := []struct {
 		name, auth string
 		want       Outcome
@@ -73,10 +80,7 @@ func TestBasicAcceptsGoodRefusesBad(t *testing.T) {
 }
 
 func TestBasicCacheRunsBcryptOncePerCredential(t *testing.T) {
-	b, err := NewBasic(BasicOptions{UsersFile: usersFile(t, "alice", "s3cret")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newBasic(t, BasicOptions{UsersFile: usersFile(t, "alice", "s3cret")})
 	for range 20 {
 		if v := b.Check(input("Authorization", basicHeader("alice", "s3cret"))); v.Outcome != Pass {
 			t.Fatal(v)
@@ -103,10 +107,7 @@ func TestBasicCacheRunsBcryptOncePerCredential(t *testing.T) {
 }
 
 func TestBasicCacheExpires(t *testing.T) {
-	b, err := NewBasic(BasicOptions{UsersFile: usersFile(t, "alice", "s3cret"), CacheTTL: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newBasic(t, BasicOptions{UsersFile: usersFile(t, "alice", "s3cret"), CacheTTL: 50 * time.Millisecond})
 	b.Check(input("Authorization", basicHeader("alice", "s3cret")))
 	time.Sleep(100 * time.Millisecond)
 	b.Check(input("Authorization", basicHeader("alice", "s3cret")))
@@ -117,10 +118,7 @@ func TestBasicCacheExpires(t *testing.T) {
 
 func TestBasicBusyWhenHashSlotsTaken(t *testing.T) {
 	lim := NewHashLimiter(1, 30*time.Millisecond)
-	b, err := NewBasic(BasicOptions{UsersFile: usersFile(t, "alice", "s3cret"), Limiter: lim})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newBasic(t, BasicOptions{UsersFile: usersFile(t, "alice", "s3cret"), Limiter: lim})
 	// A cached credential needs no slot.
 	if v := b.Check(input("Authorization", basicHeader("alice", "s3cret"))); v.Outcome != Pass {
 		t.Fatal(v)
@@ -149,10 +147,7 @@ func TestBasicBusyWhenHashSlotsTaken(t *testing.T) {
 
 func TestBasicHashConcurrencyBounded(t *testing.T) {
 	lim := NewHashLimiter(2, time.Second)
-	b, err := NewBasic(BasicOptions{UsersFile: usersFile(t, "alice", "s3cret"), Limiter: lim})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newBasic(t, BasicOptions{UsersFile: usersFile(t, "alice", "s3cret"), Limiter: lim})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	peak := 0
@@ -208,10 +203,7 @@ func TestParseHtpasswdRefusesOtherSchemes(t *testing.T) {
 }
 
 func TestBasicPrepareRemovesCredential(t *testing.T) {
-	b, err := NewBasic(BasicOptions{UsersFile: usersFile(t, "alice", "s3cret")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newBasic(t, BasicOptions{UsersFile: usersFile(t, "alice", "s3cret")})
 	in := input("Authorization", basicHeader("alice", "s3cret"))
 	v := b.Check(in)
 	b.Prepare(in.Header, &v)
@@ -224,10 +216,7 @@ func TestBasicPrepareRemovesCredential(t *testing.T) {
 // arrival time (Input.Now), without a clock read of its own; past the entry's expiry by that time
 // it is verified again.
 func TestCachesUseTheRequestTime(t *testing.T) {
-	b, err := NewBasic(BasicOptions{UsersFile: usersFile(t, "alice", "s3cret"), CacheTTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newBasic(t, BasicOptions{UsersFile: usersFile(t, "alice", "s3cret"), CacheTTL: time.Minute})
 	t0 := time.Now()
 	in := input("Authorization", basicHeader("alice", "s3cret"))
 	for i, at := range []time.Duration{0, 30 * time.Second, 2 * time.Minute} {

@@ -29,6 +29,12 @@ func fileJWT(t testing.TB, o JWTOptions) *JWT {
 	if o.Audience == nil {
 		o.Audience = []string{"api", "other"}
 	}
+	return newJWT(t, o)
+}
+
+// newJWT is NewJWT(o), which must succeed, closed when the test ends.
+func newJWT(t testing.TB, o JWTOptions) *JWT {
+	t.Helper()
 	j, err := NewJWT(o)
 	if err != nil {
 		t.Fatal(err)
@@ -103,12 +109,8 @@ func TestJWTHMACNeverWithPublicKeyEvenWhenAllowed(t *testing.T) {
 	}
 	// An oct key does verify HS256.
 	secret := []byte(strings.Repeat("k", 32))
-	hs, err := NewJWT(JWTOptions{JWKSFile: writeFile(t, "oct.json", jwksJSON(map[string]string{"kty": "oct", "kid": "h", "k": b64.EncodeToString(secret)})),
+	hs := newJWT(t, JWTOptions{JWKSFile: writeFile(t, "oct.json", jwksJSON(map[string]string{"kty": "oct", "kid": "h", "k": b64.EncodeToString(secret)})),
 		Algorithms: []string{"HS256"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hs.Close()
 	if v := hs.Check(bearer(sign(t, jwt.SigningMethodHS256, "h", secret, claims(nil)))); v.Outcome != Pass {
 		t.Errorf("HS256 with its oct key: %v", v)
 	}
@@ -228,12 +230,8 @@ func TestJWKSURLRotationAndLastGoodKeys(t *testing.T) {
 	testKeys(t)
 	srv := newJWKSServer(t, jwksJSON(rsaJWK("a", rsaA)))
 	var errs atomic.Int64
-	j, err := NewJWT(JWTOptions{JWKSURL: srv.URL + "/jwks", Algorithms: []string{"RS256"},
+	j := newJWT(t, JWTOptions{JWKSURL: srv.URL + "/jwks", Algorithms: []string{"RS256"},
 		UnknownKidInterval: 50 * time.Millisecond, OnError: func(error) { errs.Add(1) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
 	tokA := sign(t, jwt.SigningMethodRS256, "a", rsaA, claims(nil))
 	if v := j.Check(bearer(tokA)); v.Outcome != Pass {
 		t.Fatalf("key fetched at start: %v", v)
@@ -272,11 +270,7 @@ func TestJWKSURLDownAtStartThenUp(t *testing.T) {
 	testKeys(t)
 	srv := newJWKSServer(t, nil)
 	srv.set(503, nil)
-	j, err := NewJWT(JWTOptions{JWKSURL: srv.URL, Algorithms: []string{"RS256"}, UnknownKidInterval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
+	j := newJWT(t, JWTOptions{JWKSURL: srv.URL, Algorithms: []string{"RS256"}, UnknownKidInterval: 20 * time.Millisecond})
 	tok := sign(t, jwt.SigningMethodRS256, "a", rsaA, claims(nil))
 	if v := j.Check(bearer(tok)); v.Outcome != Unauthorized {
 		t.Errorf("no keys yet: %v", v)
