@@ -27,14 +27,11 @@ func usersFile(t testing.TB, users ...string) string {
 	return writeFile(t, "users", []byte(b.String()))
 }
 
-// newBasic is NewBasic(o), which must succeed.
+// newBasic is NewBasic(o), which must succeed, closed when the test ends.
 func newBasic(t testing.TB, o BasicOptions) *Basic {
 	t.Helper()
 	b, err := NewBasic(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return closedAtEnd(t, b, err)
 }
 
 func basicHeader(user, pass string) string {

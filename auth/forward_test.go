@@ -35,14 +35,11 @@ func (s *authService) seen() http.Header {
 	return s.last
 }
 
+// newForward is NewForward(o), which must succeed, closed when the test ends.
 func newForward(t testing.TB, o ForwardOptions) *Forward {
 	t.Helper()
 	f, err := NewForward(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Close)
-	return f
+	return closedAtEnd(t, f, err)
 }
 
 func TestForwardAdmitsAndCopiesUpstreamHeaders(t *testing.T) {

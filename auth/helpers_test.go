@@ -115,3 +115,14 @@ func input(kv ...string) *Input {
 	}
 	return &Input{Header: h, ClientIP: netip.MustParseAddr("192.0.2.7"), Scheme: "https"}
 }
+
+// closedAtEnd is a checker just made by its New function: the test fails at once when err is
+// not nil, and the checker is closed when the test ends.
+func closedAtEnd[C interface{ Close() }](t testing.TB, c C, err error) C {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}

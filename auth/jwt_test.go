@@ -36,11 +36,7 @@ func fileJWT(t testing.TB, o JWTOptions) *JWT {
 func newJWT(t testing.TB, o JWTOptions) *JWT {
 	t.Helper()
 	j, err := NewJWT(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(j.Close)
-	return j
+	return closedAtEnd(t, j, err)
 }
 
 func bearer(tok string) *Input { return input("Authorization", "Bearer "+tok) }
