@@ -35,19 +35,13 @@ LOAD_CPU=${LOAD_CPU:-1}
 BASE_PORT=${BASE_PORT:-18190}     # upstream, toron, nginx, plain toron, plain nginx: BASE_PORT .. BASE_PORT+4
 OUT=${OUT:-out/bench-tls}
 
-case "$ROUNDS$DURATION$CONNECTIONS$NEW_CONNECTIONS" in
-*[!0-9]*) echo "bench-tls: ROUNDS, DURATION, CONNECTIONS and NEW_CONNECTIONS must be integers" >&2; exit 2 ;;
-esac
-if [ "$ROUNDS" -lt 1 ] || [ "$ROUNDS" -gt 9 ] || [ "$DURATION" -lt 1 ] || [ "$DURATION" -gt 300 ]; then
-	echo "bench-tls: ROUNDS must be 1..9 and DURATION 1..300 seconds" >&2
-	exit 2
-fi
-
-bash scripts/install-bench-deps.sh
-
 tmp_prefix=toron-bench-tls
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
+need_ints ROUNDS DURATION CONNECTIONS NEW_CONNECTIONS
+need_rounds_duration
+
+bash scripts/install-bench-deps.sh
 
 UP_PORT=$BASE_PORT
 TORON_PORT=$((BASE_PORT + 1))
@@ -80,23 +74,20 @@ fill_tls() { # template out: fill (lib.sh) with nginx's plain port and the certi
 build_bins
 CLK_TCK=$(getconf CLK_TCK)
 
-taskset -c "$PROXY_CPU" "$LT" -scenario upstream -listen "127.0.0.1:$UP_PORT" -lifetime 2h >"$tmp/upstream.log" 2>&1 &
-pids+=($!)
+spawn "$tmp/upstream.log" taskset -c "$PROXY_CPU" "$LT" -scenario upstream -listen "127.0.0.1:$UP_PORT" -lifetime 2h
 for _ in $(seq 100); do curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$UP_PORT/api/items" && break; sleep 0.1; done
 
 PORT=$TORON_PORT PREFIX=$tmp
 fill_tls loadtest/peers/toron-tls-config.yaml "$tmp/toron-config.yaml"
 fill_tls loadtest/peers/toron-routes.yaml "$tmp/toron-routes.yaml"
-env -u TORON_CONFIG -u TORON_ROUTES taskset -c "$PROXY_CPU" bin/toron -config "$tmp/toron-config.yaml" -routes "$tmp/toron-routes.yaml" >"$tmp/toron.log" 2>&1 &
-TORON_PID=$!
-pids+=("$TORON_PID")
+spawn_toron "$tmp/toron.log" "$tmp/toron-config.yaml" "$tmp/toron-routes.yaml"
+TORON_PID=$spawned
 wait_https "https://127.0.0.1:$TORON_PORT/health" toron
 
 PORT=$TORON_PLAIN_PORT PREFIX=$tmp
 fill_tls loadtest/peers/toron-config.yaml "$tmp/toron-plain-config.yaml"
-env -u TORON_CONFIG -u TORON_ROUTES taskset -c "$PROXY_CPU" bin/toron -config "$tmp/toron-plain-config.yaml" -routes "$tmp/toron-routes.yaml" >"$tmp/toron-plain.log" 2>&1 &
-TORON_PLAIN_PID=$!
-pids+=("$TORON_PLAIN_PID")
+spawn_toron "$tmp/toron-plain.log" "$tmp/toron-plain-config.yaml" "$tmp/toron-routes.yaml"
+TORON_PLAIN_PID=$spawned
 wait_https "http://127.0.0.1:$TORON_PLAIN_PORT/health" "plain toron"
 
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
@@ -104,9 +95,8 @@ PORT=$NGINX_PORT PREFIX=$tmp/nginx
 mkdir -p "$PREFIX"
 chmod 755 "$PREFIX"
 fill_tls loadtest/peers/nginx-tls.conf "$PREFIX/nginx.conf"
-taskset -c "$PROXY_CPU" "$NGINX" -p "$PREFIX" -c "$PREFIX/nginx.conf" -e "$PREFIX/error.log" >"$tmp/nginx.out" 2>&1 &
-NGINX_PID=$!
-pids+=("$NGINX_PID")
+spawn_nginx "$tmp/nginx.out" "$PREFIX" "$NGINX"
+NGINX_PID=$spawned
 wait_https "https://127.0.0.1:$NGINX_PORT/health" nginx
 
 # What each server negotiates with an OpenSSL client (curl): protocol and ALPN.

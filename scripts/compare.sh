@@ -32,19 +32,13 @@ LOAD_CPU=${LOAD_CPU:-1}
 BASE_PORT=${BASE_PORT:-18180}     # upstream, toron, nginx, haproxy, naive, relay, toron-log: BASE_PORT .. BASE_PORT+6
 OUT=${OUT:-out/compare}
 
-case "$ROUNDS$DURATION$CONNECTIONS$UPLOADS$UPLOAD_BYTES" in
-*[!0-9]*) echo "compare: ROUNDS, DURATION, CONNECTIONS, UPLOADS and UPLOAD_BYTES must be integers" >&2; exit 2 ;;
-esac
-if [ "$ROUNDS" -lt 1 ] || [ "$ROUNDS" -gt 9 ] || [ "$DURATION" -lt 1 ] || [ "$DURATION" -gt 300 ]; then
-	echo "compare: ROUNDS must be 1..9 and DURATION 1..300 seconds" >&2
-	exit 2
-fi
-
-bash scripts/install-bench-deps.sh
-
 tmp_prefix=toron-compare
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
+need_ints ROUNDS DURATION CONNECTIONS UPLOADS UPLOAD_BYTES
+need_rounds_duration
+
+bash scripts/install-bench-deps.sh
 
 hwm_kib() { # pids...: summed VmHWM in KiB
 	local sum=0 pid v
@@ -68,17 +62,15 @@ build_bins
 CLK_TCK=$(getconf CLK_TCK)
 
 # The upstream: the load test's own fasthttp server (JSON /api, upload sink).
-taskset -c "$PROXY_CPU" "$LT" -scenario upstream -listen "127.0.0.1:$UP_PORT" -lifetime 2h >"$tmp/upstream.log" 2>&1 &
-pids+=($!)
+spawn "$tmp/upstream.log" taskset -c "$PROXY_CPU" "$LT" -scenario upstream -listen "127.0.0.1:$UP_PORT" -lifetime 2h
 wait_http "http://127.0.0.1:$UP_PORT/api/items" upstream
 
 # Toron: built-in defaults, logs off.
 PORT=$TORON_PORT PREFIX=$tmp
 fill loadtest/peers/toron-config.yaml "$tmp/toron-config.yaml"
 fill loadtest/peers/toron-routes.yaml "$tmp/toron-routes.yaml"
-env -u TORON_CONFIG -u TORON_ROUTES taskset -c "$PROXY_CPU" bin/toron -config "$tmp/toron-config.yaml" -routes "$tmp/toron-routes.yaml" >"$tmp/toron.log" 2>&1 &
-TORON_PID=$!
-pids+=("$TORON_PID")
+spawn_toron "$tmp/toron.log" "$tmp/toron-config.yaml" "$tmp/toron-routes.yaml"
+TORON_PID=$spawned
 wait_http "http://127.0.0.1:$TORON_PORT/health" toron
 
 # Toron with the access log on at its defaults (level info, one JSON line per request), to a
@@ -94,13 +86,11 @@ wait_http "http://127.0.0.1:$TORON_LOG_PORT/health" toron-log
 
 # The references: the loadtest's naive fasthttp proxy and its TCP relay (loadtest/helpers.go,
 # loadtest/relay.go), on the proxy's core like the others.
-taskset -c "$PROXY_CPU" "$LT" -scenario naive-proxy -listen "127.0.0.1:$NAIVE_PORT" -upstream "127.0.0.1:$UP_PORT" -lifetime 2h >"$tmp/naive.log" 2>&1 &
-NAIVE_PID=$!
-pids+=("$NAIVE_PID")
+spawn "$tmp/naive.log" taskset -c "$PROXY_CPU" "$LT" -scenario naive-proxy -listen "127.0.0.1:$NAIVE_PORT" -upstream "127.0.0.1:$UP_PORT" -lifetime 2h
+NAIVE_PID=$spawned
 wait_http "http://127.0.0.1:$NAIVE_PORT/api/items" naive
-taskset -c "$PROXY_CPU" "$LT" -scenario tcp-relay -listen "127.0.0.1:$RELAY_PORT" -upstream "127.0.0.1:$UP_PORT" -lifetime 2h >"$tmp/relay.log" 2>&1 &
-RELAY_PID=$!
-pids+=("$RELAY_PID")
+spawn "$tmp/relay.log" taskset -c "$PROXY_CPU" "$LT" -scenario tcp-relay -listen "127.0.0.1:$RELAY_PORT" -upstream "127.0.0.1:$UP_PORT" -lifetime 2h
+RELAY_PID=$spawned
 wait_http "http://127.0.0.1:$RELAY_PORT/api/items" relay
 
 # nginx: foreground, temporary prefix.
@@ -108,17 +98,15 @@ PORT=$NGINX_PORT PREFIX=$tmp/nginx
 mkdir -p "$PREFIX"
 chmod 755 "$PREFIX"
 fill loadtest/peers/nginx.conf "$PREFIX/nginx.conf"
-taskset -c "$PROXY_CPU" nginx -p "$PREFIX" -c "$PREFIX/nginx.conf" -e "$PREFIX/error.log" >"$tmp/nginx.out" 2>&1 &
-NGINX_PID=$!
-pids+=("$NGINX_PID")
+spawn_nginx "$tmp/nginx.out" "$PREFIX"
+NGINX_PID=$spawned
 wait_http "http://127.0.0.1:$NGINX_PORT/health" nginx
 
 # HAProxy: foreground (-db), its own file.
 PORT=$HAPROXY_PORT PREFIX=$tmp
 fill loadtest/peers/haproxy.cfg "$tmp/haproxy.cfg"
-taskset -c "$PROXY_CPU" haproxy -db -f "$tmp/haproxy.cfg" >"$tmp/haproxy.log" 2>&1 &
-HAPROXY_PID=$!
-pids+=("$HAPROXY_PID")
+spawn "$tmp/haproxy.log" taskset -c "$PROXY_CPU" haproxy -db -f "$tmp/haproxy.cfg"
+HAPROXY_PID=$spawned
 wait_http "http://127.0.0.1:$HAPROXY_PORT/health" haproxy
 
 targets=(direct toron toron-log nginx haproxy naive relay)

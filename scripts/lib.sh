@@ -39,6 +39,53 @@ ports_free() {
 	done
 }
 
+# need_ints NAME...: exit 2 unless each named variable holds only digits (as the script's
+# settings must), naming them all in the message.
+need_ints() {
+	local v names
+	for v in "$@"; do
+		case ${!v} in
+		*[!0-9]*)
+			names=$(printf '%s, ' "$@")
+			names=${names%, }
+			[ $# -gt 1 ] && names="${names%, *} and ${names##*, }"
+			echo "$bench_name: $names must be integers" >&2
+			exit 2
+			;;
+		esac
+	done
+}
+
+# need_rounds_duration: exit 2 unless ROUNDS is 1..9 and DURATION 1..300 (seconds).
+need_rounds_duration() {
+	if [ "$ROUNDS" -lt 1 ] || [ "$ROUNDS" -gt 9 ] || [ "$DURATION" -lt 1 ] || [ "$DURATION" -gt 300 ]; then
+		echo "$bench_name: ROUNDS must be 1..9 and DURATION 1..300 seconds" >&2
+		exit 2
+	fi
+}
+
+# spawn OUT CMD...: CMD in the background, its stdout and stderr into the file OUT; its pid is
+# appended to pids and left in `spawned`.
+spawn() {
+	local out=$1
+	shift
+	"$@" >"$out" 2>&1 &
+	spawned=$!
+	pids+=("$spawned")
+}
+
+# spawn_toron OUT CONFIG ROUTES: spawn bin/toron on core PROXY_CPU with the CONFIG and ROUTES
+# files, the caller's TORON_CONFIG and TORON_ROUTES left out of its environment.
+spawn_toron() {
+	spawn "$1" env -u TORON_CONFIG -u TORON_ROUTES taskset -c "$PROXY_CPU" bin/toron -config "$2" -routes "$3"
+}
+
+# spawn_nginx OUT PREFIX [BINARY]: spawn nginx (default: the one on PATH) on core PROXY_CPU in
+# the foreground, from the prefix folder PREFIX and its PREFIX/nginx.conf.
+spawn_nginx() {
+	spawn "$1" taskset -c "$PROXY_CPU" "${3:-nginx}" -p "$2" -c "$2/nginx.conf" -e "$2/error.log"
+}
+
 # build_bins: bin/toron (make build) and the loadtest binary, whose path goes into LT.
 build_bins() {
 	echo "$bench_name: building bin/toron and the loadtest binary"
