@@ -445,11 +445,7 @@ func alertProblems(b []byte, exported map[string]bool) []string {
 // TestChecksCatchMistakes: the checks above fail on the mistakes they exist for.
 func TestChecksCatchMistakes(t *testing.T) {
 	exported := exportedMetrics(t)
-	good, err := os.ReadFile(dashboardFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, edit := range map[string]func(string) string{
+	checkMutants(t, dashboardFile, "", map[string]func(string) string{
 		"unknown metric": func(s string) string { return strings.Replace(s, "toron_workers_busy", "toron_workers_bsy", 1) },
 		"bad PromQL":     func(s string) string { return strings.Replace(s, "sum by (route, code) (", "sum by (route, code (", 1) },
 		"hard-coded uid": func(s string) string {
@@ -463,38 +459,24 @@ func TestChecksCatchMistakes(t *testing.T) {
 		"unknown key": func(s string) string {
 			return strings.Replace(s, `"title": "Toron gateway"`, `"title": "Toron gateway", "titel": "x"`, 1)
 		},
-	} {
-		t.Run(name, func(t *testing.T) {
-			b := []byte(edit(string(good)))
-			if bytes.Equal(b, good) {
-				t.Fatal("the edit changed nothing")
-			}
-			var d grafanaDashboard
-			dec := json.NewDecoder(bytes.NewReader(b))
-			dec.DisallowUnknownFields()
-			problems := 0
-			if err := dec.Decode(&d); err != nil {
+	}, func(b []byte) int {
+		var d grafanaDashboard
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&d); err != nil {
+			return 1
+		}
+		problems := len(dashboardProblems(d, exported))
+		var raw any
+		_ = json.Unmarshal(b, &raw)
+		walkUIDs(raw, "", func(path, uid string) {
+			if path != "uid" && uid != "${datasource}" {
 				problems++
-			} else {
-				problems += len(dashboardProblems(d, exported))
-				var raw any
-				_ = json.Unmarshal(b, &raw)
-				walkUIDs(raw, "", func(path, uid string) {
-					if path != "uid" && uid != "${datasource}" {
-						problems++
-					}
-				})
-			}
-			if problems == 0 {
-				t.Error("the checks found nothing wrong")
 			}
 		})
-	}
-	alerts, err := os.ReadFile(alertsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, edit := range map[string]func(string) string{
+		return problems
+	})
+	checkMutants(t, alertsFile, "alerts ", map[string]func(string) string{
 		"unknown metric": func(s string) string { return strings.Replace(s, "toron_workers_max", "toron_worker_max", 1) },
 		"bad PromQL":     func(s string) string { return strings.Replace(s, "== 0", "== ", 1) },
 		"range vector":   func(s string) string { return strings.Replace(s, "(toron_redis_up) == 0", "(toron_redis_up[5m])", 1) },
@@ -505,13 +487,24 @@ func TestChecksCatchMistakes(t *testing.T) {
 		"missing alert": func(s string) string {
 			return strings.Replace(s, "toron_tracing_spans_dropped_total", "toron_tls_handshake_errors_total", 1)
 		},
-	} {
-		t.Run("alerts "+name, func(t *testing.T) {
-			b := edit(string(alerts))
-			if b == string(alerts) {
+	}, func(b []byte) int { return len(alertProblems(b, exported)) })
+}
+
+// checkMutants reads file and runs a subtest (prefix+name) per edit: the edited file must
+// differ from the file, and problems must find something wrong in it.
+func checkMutants(t *testing.T, file, prefix string, edits map[string]func(string) string, problems func(b []byte) int) {
+	t.Helper()
+	good, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, edit := range edits {
+		t.Run(prefix+name, func(t *testing.T) {
+			b := edit(string(good))
+			if b == string(good) {
 				t.Fatal("the edit changed nothing")
 			}
-			if len(alertProblems([]byte(b), exported)) == 0 {
+			if problems([]byte(b)) == 0 {
 				t.Error("the checks found nothing wrong")
 			}
 		})
