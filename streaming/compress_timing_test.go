@@ -3,8 +3,10 @@ package streaming
 import (
 	"bytes"
 	"io"
-	"syscall"
 	"testing"
+	"time"
+
+	"toron/internal/testnet"
 
 	andybrotli "github.com/andybalholm/brotli"
 	"github.com/klauspost/compress/gzip"
@@ -115,18 +117,18 @@ func BenchmarkZstdOptions(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			ref, row := toron.start(b), c.run.start(b)
-			var refCPU, rowCPU int64
+			var refCPU, rowCPU time.Duration
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			pair := [2]*zstdRunning{ref, row}
 			for i := 0; b.Loop(); i++ {
 				// The order alternates, so that neither always runs on the other's warm caches.
 				first := i & 1
-				t0 := processCPU()
+				t0 := testnet.ProcessCPU()
 				pair[first].compress(body)
-				t1 := processCPU()
+				t1 := testnet.ProcessCPU()
 				pair[1-first].compress(body)
-				t2 := processCPU()
+				t2 := testnet.ProcessCPU()
 				if first == 0 {
 					refCPU, rowCPU = refCPU+t1-t0, rowCPU+t2-t1
 				} else {
@@ -188,25 +190,16 @@ func (r *zstdRunning) compress(body []byte) {
 }
 
 // cpuClock is the process's CPU time at a benchmark's start.
-type cpuClock int64
+type cpuClock time.Duration
 
-func startCPU() cpuClock { return cpuClock(processCPU()) }
+func startCPU() cpuClock { return cpuClock(testnet.ProcessCPU()) }
 
 // report adds cpu-MB/s: the bytes per operation per second of the process's CPU time since
 // the start.
 func (c cpuClock) report(b *testing.B, bytesPerOp int) {
-	if spent := processCPU() - int64(c); spent > 0 {
+	if spent := testnet.ProcessCPU() - time.Duration(c); spent > 0 {
 		b.ReportMetric(float64(bytesPerOp)*float64(b.N)/(float64(spent)/1e9)/1e6, "cpu-MB/s")
 	}
-}
-
-// processCPU is the process's user and system CPU time so far, in nanoseconds.
-func processCPU() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 // BenchmarkCompress2KiB is the CPU of a 2 KiB JSON answer compressed against copying it as it

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 // offlineTracer is a Tracer whose collector is never reached: its spans queue (then drop)
@@ -75,11 +77,11 @@ func BenchmarkRequest(b *testing.B) {
 			head := make([]byte, 0, 256)
 			now := time.Now()
 			b.ReportAllocs()
-			cpu := processCPU()
+			cpu := testnet.ProcessCPU()
 			for b.Loop() {
 				head = oneRequest(&r, tr, nil, nil, head, now)
 			}
-			b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(testnet.ProcessCPU()-cpu)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }

@@ -3,9 +3,10 @@ package tracing
 import (
 	"context"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
@@ -50,16 +51,6 @@ func sinkTracer(tb testing.TB, sink *spanSink) *Tracer {
 	return tr
 }
 
-// processCPU is the process's user and system CPU time so far, in nanoseconds: on a shared
-// machine, what a benchmark's own work took, whatever the wall clock says.
-func processCPU() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
-}
-
 // BenchmarkSDKSpansAlone is the SDK's part of BenchmarkRequest/sampled-no-export: the same two spans with
 // the same attributes, started and ended by direct SDK calls (context.Background, no preset
 // ids), with nothing of Toron's around them. sampled-no-export minus this is Toron's own
@@ -69,7 +60,7 @@ func BenchmarkSDKSpansAlone(b *testing.B) {
 	ctx := context.Background()
 	start := time.Now()
 	b.ReportAllocs()
-	cpu := processCPU()
+	cpu := testnet.ProcessCPU()
 	for b.Loop() {
 		sctx, server := tr.tracer.Start(ctx, "HTTP", trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(start))
 		_, client := tr.tracer.Start(sctx, "GET", trace.WithSpanKind(trace.SpanKindClient))
@@ -83,7 +74,7 @@ func BenchmarkSDKSpansAlone(b *testing.B) {
 			attribute.String(attrClientAddr, "192.0.2.7"))
 		server.End(trace.WithTimestamp(start))
 	}
-	b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(testnet.ProcessCPU()-cpu)/float64(b.N), "cpu-ns/op")
 }
 
 // marshalClient is an otlptrace.Client doing what otlptracehttp's does before the network:
@@ -113,12 +104,12 @@ func BenchmarkExportMarshal(b *testing.B) {
 	exp := otlptrace.NewUnstarted(c)
 	ctx := context.Background()
 	b.ReportAllocs()
-	cpu := processCPU()
+	cpu := testnet.ProcessCPU()
 	for b.Loop() {
 		if err := exp.ExportSpans(ctx, sink.spans); err != nil {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(processCPU()-cpu)/float64(b.N*len(sink.spans)), "cpu-ns/span")
+	b.ReportMetric(float64(testnet.ProcessCPU()-cpu)/float64(b.N*len(sink.spans)), "cpu-ns/span")
 	b.ReportMetric(float64(c.bytes)/float64(len(sink.spans)), "bytes/span")
 }
