@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 // TestHigherHTTP1ProcessedAsHTTP11: HTTP/1.2 keeps the connection alive like HTTP/1.1 (SPEC 7),
@@ -290,4 +292,172 @@ func TestHTTP10StreamNeverStartedIs499(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestExpectNeverForwarded: Toron answers Expect: 100-continue itself (SPEC 3 step 7) and the
+// upstream never sees the header, whatever its case; an upstream that did could answer before
+// the body and then read the body as a request (issue 14).
+func TestExpectNeverForwarded(t *testing.T) {
+	gw, up := startProxied(t, "", "/", nil)
+	for _, v := range []string{"100-continue", "100-Continue"} {
+		c := dialRaw(t, gw.addr)
+		if _, err := io.WriteString(c, "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nExpect: "+v+"\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		br := bufio.NewReader(c)
+		line, err := br.ReadString('\n')
+		if err != nil || !strings.HasPrefix(line, "HTTP/1.1 100 ") {
+			t.Fatalf("Expect: %s: first line %q (%v), want 100 Continue", v, line, err)
+		}
+		if _, err := br.ReadString('\n'); err != nil { // the empty line ending the 100
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(c, "hello"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("X-Echo-Body-Len") != "5" {
+			t.Errorf("Expect: %s: %d, body length %s upstream", v, resp.StatusCode, resp.Header.Get("X-Echo-Body-Len"))
+		}
+		if got := up.lastRequest().Header.Values("Expect"); len(got) > 0 {
+			t.Errorf("Expect: %s reached the upstream as %q", v, got)
+		}
+	}
+}
+
+// TestExpectOtherIs417: an expectation other than 100-continue, the obfuscated "y 100-continue"
+// included, is answered 417 with the gateway's JSON before any body byte (SPEC 7), and nothing
+// reaches the upstream.
+func TestExpectOtherIs417(t *testing.T) {
+	gw, up := startProxied(t, "", "/", nil)
+	for _, v := range []string{"y 100-continue", "100-continue, foo", "foo", "100-continued", "\"100-continue\""} {
+		for _, body := range []bool{true, false} {
+			req := "POST /x HTTP/1.1\r\nHost: a\r\nExpect: " + v + "\r\n"
+			if body {
+				// The headers only, of a body that never comes: the answer must not wait for it.
+				req += "Content-Length: 1000000\r\n"
+			}
+			start := time.Now()
+			resp := rawRequest(t, gw.addr, req+"\r\n")
+			if resp.StatusCode != 417 || !strings.HasPrefix(string(resp.body), `{"error":"417 Expectation Failed: `) {
+				t.Errorf("Expect: %s (body %v): %d %s, want 417 with the gateway's JSON", v, body, resp.StatusCode, resp.body)
+			}
+			if body && (!resp.closed || time.Since(start) > 3*time.Second) {
+				t.Errorf("Expect: %s with a body announced: closed %v after %v; want a close without waiting for the body", v, resp.closed, time.Since(start))
+			}
+		}
+	}
+	if n := up.requests.Load(); n != 0 {
+		t.Errorf("the upstream saw %d requests, want 0", n)
+	}
+}
+
+// The end of a response waits for the next request's read (conn.go, deferResponseEnd). The
+// idle deadline armed after it counts from now, not from the response's previous write: a
+// response whose last write came more than idle_timeout after its first one (here a 100
+// Continue, then an upstream slower than idle_timeout) still reaches its client, whole.
+func TestDeferredResponseEndAfterSlowUpstream(t *testing.T) {
+	u := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		time.Sleep(500 * time.Millisecond) // longer than idle_timeout
+		_, _ = w.Write([]byte("hello"))
+	})
+	gw := startGateway(t, "idle_timeout: 200ms\n", upstreamRoute("/", u.addr, ""))
+	c := dialRaw(t, gw.addr)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = io.WriteString(c, "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n")
+	br := bufio.NewReader(c)
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.Contains(line, "100") {
+		t.Fatalf("interim answer %q, %v", line, err)
+	}
+	_, _ = br.ReadString('\n')
+	_, _ = io.WriteString(c, "abc")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("the final response was lost: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || string(body) != "hello" {
+		t.Fatalf("body %q, %v", body, err)
+	}
+}
+
+// The same for a streamed body whose tail comes after a pause longer than idle_timeout: the
+// tail, written at the response's end, is not cut off.
+func TestDeferredResponseEndOfPausedStream(t *testing.T) {
+	u := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "5010")
+		_, _ = w.Write([]byte(strings.Repeat("a", 5000)))
+		w.(http.Flusher).Flush()
+		time.Sleep(500 * time.Millisecond)
+		_, _ = w.Write([]byte(strings.Repeat("b", 10)))
+	})
+	gw := startGateway(t, "idle_timeout: 200ms\n", upstreamRoute("/", u.addr, ""))
+	c := dialRaw(t, gw.addr)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	for i := 0; i < 2; i++ { // and the connection stays usable
+		_, _ = io.WriteString(c, "GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || len(body) != 5010 || !strings.HasSuffix(string(body), "bbbbbbbbbb") {
+			t.Fatalf("request %d: body truncated: %d bytes, %v", i, len(body), err)
+		}
+	}
+}
+
+// An idle keep-alive connection holds none of Toron's per-request state (SPEC 22): its
+// exchange went back to the pool when the response ended, and the copy of its response's last
+// write was written by the read that waits for the next request (socket.TestWriteReadReleasesBeforeWait
+// shows that buffer is given back before the wait).
+// The next request on the connection takes an exchange again and is served as usual.
+func TestIdleConnectionHoldsNoRequestState(t *testing.T) {
+	tg, _ := startProxied(t, "", "/api", nil)
+	c := dialRaw(t, tg.addr)
+	for i := 0; i < 3; i++ {
+		if _, err := c.Write([]byte("GET /api/x HTTP/1.1\r\nHost: a\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		if r := readRawResponse(t, c, "GET"); r.StatusCode != 200 {
+			t.Fatalf("request %d: status %d, want 200", i, r.StatusCode)
+		}
+		var cc *clientConn
+		idle := testnet.WaitUntil(5*time.Second, func() bool {
+			cc = onlyConn(tg.g)
+			return cc != nil && cc.x.Load() == nil && !cc.hasPending.Load()
+		})
+		if !idle {
+			if cc == nil {
+				t.Fatalf("request %d: the gateway holds no client connection", i)
+			}
+			t.Fatalf("request %d: idle connection still holds its request state: exchange %v, pending %v",
+				i, cc.x.Load() != nil, cc.hasPending.Load())
+		}
+	}
+}
+
+// onlyConn returns the gateway's one open client connection, or nil.
+func onlyConn(g *Gateway) *clientConn {
+	l := g.ln.Load()
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.conns) != 1 {
+		return nil
+	}
+	for c := range l.conns {
+		return c
+	}
+	return nil
 }
