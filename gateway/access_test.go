@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"toron/conf"
+	"toron/internal/testnet"
 )
 
 // writeUsers writes an htpasswd file holding user:password (bcrypt at its minimum cost).
@@ -219,11 +219,7 @@ func TestAuthRefusedBeforeBody(t *testing.T) {
 // authService is a forward-auth service on loopback; mode picks its answer.
 func authService(t *testing.T, mode *atomic.Value) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return testnet.ServeHTTP(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch mode.Load().(string) {
 		case "slow":
 			select {
@@ -240,10 +236,7 @@ func authService(t *testing.T, mode *atomic.Value) string {
 			w.Header().Set("X-User", "alice:"+r.Header.Get("X-Forwarded-Method")+":"+r.Header.Get("X-Forwarded-Host")+":"+r.Header.Get("X-Forwarded-Proto"))
 			w.WriteHeader(200)
 		}
-	})}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return ln.Addr().String()
+	})})
 }
 
 func TestForwardAuthRoute(t *testing.T) {

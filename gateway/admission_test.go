@@ -65,10 +65,7 @@ func TestBulkheadBurstNeverExceeded(t *testing.T) {
 		}()
 	}
 	// Let the burst arrive, then check what reached the upstream while it is held.
-	deadline := time.Now().Add(10 * time.Second)
-	for up.inflight.Load() < 8 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	up.awaitInflight(8)
 	time.Sleep(300 * time.Millisecond)
 	if n := gw.g.stats.get("/legacy").bulkhead.InFlight(); n != 8 {
 		t.Errorf("route in flight %d, want 8", n)
@@ -147,10 +144,7 @@ func TestElevatedBudgetShared(t *testing.T) {
 			statuses <- s
 		}()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for up.inflight.Load() < 4 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	up.awaitInflight(4)
 	time.Sleep(300 * time.Millisecond)
 	if n := up.inflight.Load(); n != 4 {
 		t.Errorf("elevated routes hold %d upstream requests together, budget is 4", n)
@@ -209,10 +203,7 @@ func TestWorkerPoolSaturatedWhileHealthAnswers(t *testing.T) {
 			_, _, _, _ = getStatus(gw.addr, "/api/slow")
 		}()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for up.inflight.Load() < 8 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	up.awaitInflight(8)
 	start := time.Now()
 	s, body, hdr, err := getStatus(gw.addr, "/api/ninth")
 	if err != nil || s != 503 || body != `{"error":"503 Service Unavailable: Worker pool saturated"}` || hdr.Get("Retry-After") != "5" {
@@ -415,12 +406,10 @@ func TestElevatedRouteReusesUpstreamConns(t *testing.T) {
 	slow.Store(true)
 	c := dialRaw(t, gw.addr)
 	io.WriteString(c, "GET /legacy/slow HTTP/1.1\r\nHost: a\r\n\r\n")
-	deadline := time.Now().Add(5 * time.Second)
-	for up.inflight.Load() < 1 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	up.awaitInflight(1)
 	c.Close()
 	bh := gw.g.stats.get("/legacy").bulkhead
+	deadline := time.Now().Add(5 * time.Second)
 	for bh.InFlight() > 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -4,12 +4,12 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"toron/internal/testnet"
 	"toron/limits"
 )
 
@@ -52,13 +52,7 @@ func BenchmarkClientIdentitySmallGET(b *testing.B) {
 }
 
 // processCPU is the process's user and system CPU time so far, in nanoseconds.
-func processCPU() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
-}
+func processCPU() int64 { return int64(testnet.ProcessCPU()) }
 
 // BenchmarkProxySmallGETNewConnProxyProtocol: the PROXY header's per-connection cost, beside
 // BenchmarkProxySmallGETNewConn.

@@ -67,12 +67,7 @@ func TestGlobalRateLimitAcrossGateways(t *testing.T) {
 // TestGlobalRateLimitRedisDown: a Redis that refuses connections; each on_error mode answers
 // at once, counted.
 func TestGlobalRateLimitRedisDown(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String()
-	ln.Close()
+	dead := testnet.RefusedAddr(t)
 	up := startUpstream(t, nil)
 	server := "redis: {addrs: [\"" + dead + "\"], timeout: 20ms}\n"
 	gw := startGateway(t, server,

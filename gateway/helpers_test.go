@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -16,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -24,18 +24,6 @@ import (
 	"toron/internal/testnet"
 	"toron/socket"
 )
-
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// fasthttp's HostClient keeps one idle-connection cleaner per client until its idle
-		// connections expire; the coarse clock of fasthttp runs for the process.
-		goleak.IgnoreTopFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-		goleak.IgnoreTopFunction("time.Sleep"),
-		// The benchmarks' client uses fasthttp's default dialer, whose address cache cleaner is global.
-		goleak.IgnoreTopFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-	)
-}
 
 // testGateway is a gateway on 127.0.0.1:0 with its configuration.
 type testGateway struct {
@@ -72,19 +60,8 @@ func startGatewayB(t testing.TB, serverYAML, routesYAML string, accessLog bool) 
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tg := &testGateway{g: g, addr: ln.Addr().String(), done: make(chan error, 1)}
-	go func() { tg.done <- g.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = g.Shutdown(ctx)
-		<-tg.done
-		closeIdleUpstreams(g)
-	})
+	tg := &testGateway{g: g, done: make(chan error, 1)}
+	tg.addr = serveGatewayDone(t, g, tg.done)
 	return tg
 }
 
@@ -92,11 +69,14 @@ func startGatewayB(t testing.TB, serverYAML, routesYAML string, accessLog bool) 
 // upstream connections closed) and returns its address.
 func serveGateway(t testing.TB, g *Gateway) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
+	return serveGatewayDone(t, g, make(chan error, 1))
+}
+
+// serveGatewayDone is serveGateway sending what Serve returns to done (buffered), which the
+// cleanup receives from.
+func serveGatewayDone(t testing.TB, g *Gateway, done chan error) string {
+	t.Helper()
+	ln := testnet.Listen(t)
 	go func() { done <- g.Serve(ln) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -157,10 +137,7 @@ type upstream struct {
 // fasthttp and so a fair witness of what was forwarded.
 func startUpstream(t testing.TB, h http.HandlerFunc) *upstream {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testnet.Listen(t)
 	u := &upstream{addr: ln.Addr().String()}
 	if h == nil {
 		h = echoHandler
@@ -200,6 +177,30 @@ func startUpstream(t testing.TB, h http.HandlerFunc) *upstream {
 	return u
 }
 
+// awaitInflight waits up to 10 s until n requests at least are in u's handler.
+func (u *upstream) awaitInflight(n int64) {
+	testnet.WaitUntil(10*time.Second, func() bool { return u.inflight.Load() >= n })
+}
+
+// holdingUpstream starts an upstream that answers body to each request, after holding the
+// requests whose path held reports until the returned open is called or their client is gone.
+// open may be called more than once; it is called when the test ends, before the upstream stops.
+func holdingUpstream(t *testing.T, held func(path string) bool, body string) (*upstream, func()) {
+	t.Helper()
+	release, open := newGate()
+	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if held(r.URL.Path) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		_, _ = io.WriteString(w, body)
+	})
+	t.Cleanup(open)
+	return up, open
+}
+
 func (u *upstream) lastRequest() *http.Request {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -233,12 +234,7 @@ type rawResponse struct {
 // dialRaw opens a raw TCP connection to addr, closed when the test ends.
 func dialRaw(t *testing.T, addr string) net.Conn {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return testnet.Dial(t, addr)
 }
 
 // headersOnly sends the headers of a POST to path declaring a body of length bytes (with
@@ -386,4 +382,42 @@ func accessLines(t *testing.T, logs *observer.ObservedLogs, n int) []observer.Lo
 		t.Fatalf("%d access lines, want %d", len(entries), n)
 	}
 	return entries
+}
+
+// startScriptedUpstream serves every connection with serve until the test ends.
+func startScriptedUpstream(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) string {
+	t.Helper()
+	return serveScripted(t, testnet.Listen(t), serve)
+}
+
+// serveScripted serves every connection of ln (plain or TLS) with serve until the test ends.
+func serveScripted(t *testing.T, ln net.Listener, serve func(c net.Conn, br *bufio.Reader)) string {
+	t.Helper()
+	testnet.Serve(t, ln, func(c net.Conn) {
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		serve(c, bufio.NewReader(c))
+	})
+	return ln.Addr().String()
+}
+
+// serveTLSScripted is serveScripted over TLS, with a certificate from pki for name.
+func serveTLSScripted(t *testing.T, pki *testnet.CA, name string, serve func(c net.Conn, br *bufio.Reader)) string {
+	t.Helper()
+	cert, _, _ := pki.IssueFiles(t, name, name)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveScripted(t, ln, serve)
+}
+
+// answer writes a complete response with body.
+func answer(c io.Writer, body string) {
+	fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+}
+
+// resetConn closes c with SO_LINGER 0: the peer sees a reset, not an orderly end.
+func resetConn(c net.Conn) {
+	_ = c.(*net.TCPConn).SetLinger(0)
+	_ = c.Close()
 }

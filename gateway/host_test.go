@@ -1,10 +1,8 @@
 package gateway
 
 import (
-	"net/http"
 	"strings"
 	"testing"
-	"time"
 )
 
 func TestValidHost(t *testing.T) {
@@ -77,19 +75,10 @@ func TestBadHostAndPercentEncodingRefused(t *testing.T) {
 // routed by / and forwarded as /%6cegacy/reports, which the upstream decodes to /legacy/reports:
 // the bulkhead was skipped. It is a 400 now, while the bulkhead's one slot is held.
 func TestMalformedPercentCannotSkipTheBulkhead(t *testing.T) {
-	release, open := newGate()
-	defer open()
-	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/legacy/reports") {
-			<-release
-		}
-	})
+	up, open := holdingUpstream(t, func(path string) bool { return strings.HasPrefix(path, "/legacy/reports") }, "")
 	gw := startGateway(t, "", upstreamRoute("/legacy/reports", up.addr, "max_concurrency: 1")+upstreamRoute("/", up.addr, ""))
 	go func() { _, _, _, _ = getStatus(gw.addr, "/legacy/reports/hold") }()
-	deadline := time.Now().Add(5 * time.Second)
-	for up.inflight.Load() < 1 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	up.awaitInflight(1)
 	if s, _, _, _ := getStatus(gw.addr, "/legacy/reports/x"); s != 503 {
 		t.Fatalf("the bulkhead's second request: %d, want 503", s)
 	}

@@ -96,10 +96,7 @@ func TestRejectionMidUploadLingers(t *testing.T) {
 			_, _, _, err := getStatus(gw.addr, "/pool/hold")
 			held <- err
 		}()
-		deadline := time.Now().Add(5 * time.Second)
-		for busy.inflight.Load() < 1 && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
+		busy.awaitInflight(1)
 		got, err := uploadAndReadAll(t, gw.addr, "/pool")
 		checkWholeAnswer(t, got, err, 502, `{"error":"502 Bad Gateway: upstream connect timeout"}`)
 	})

@@ -141,16 +141,9 @@ func TestNoHeaderWaitForAnAbandonedBody(t *testing.T) {
 // their SPEC 8 label, on the route they belong to: workers_saturated, header_too_large and
 // upstream_timeout (elevated_budget: TestElevatedBudgetShared).
 func TestRejectReasonsCounted(t *testing.T) {
-	release := make(chan struct{})
-	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/hold") || strings.HasPrefix(r.URL.Path, "/slow") {
-			select {
-			case <-release:
-			case <-r.Context().Done():
-			}
-		}
-	})
-	defer close(release)
+	up, _ := holdingUpstream(t, func(path string) bool {
+		return strings.HasPrefix(path, "/hold") || strings.HasPrefix(path, "/slow")
+	}, "")
 	gw := startGateway(t, "worker_pool_size: 1\nworker_queue_timeout: 0s\nmax_header_bytes: 4096\n",
 		upstreamRoute("/hold", up.addr, "")+upstreamRoute("/slow", up.addr, "response_header_timeout: 200ms")+upstreamRoute("/fast", up.addr, ""))
 

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bufio"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -11,49 +10,11 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"toron/internal/testnet"
 )
 
 // Response queue poisoning (SPEC 7): bytes an upstream sends that belong to no request of the
 // gateway's must never become another client's answer. Each upstream here misbehaves on purpose
 // and answers the request it was asked for normally on a fresh connection.
-
-// startScriptedUpstream serves every connection with serve until the test ends.
-func startScriptedUpstream(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return serveScripted(t, ln, serve)
-}
-
-// serveScripted serves every connection of ln (plain or TLS) with serve until the test ends.
-func serveScripted(t *testing.T, ln net.Listener, serve func(c net.Conn, br *bufio.Reader)) string {
-	t.Helper()
-	testnet.Serve(t, ln, func(c net.Conn) {
-		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-		serve(c, bufio.NewReader(c))
-	})
-	return ln.Addr().String()
-}
-
-// serveTLSScripted is serveScripted over TLS, with a certificate from pki for name.
-func serveTLSScripted(t *testing.T, pki *testnet.CA, name string, serve func(c net.Conn, br *bufio.Reader)) string {
-	t.Helper()
-	cert, _, _ := pki.IssueFiles(t, name, name)
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return serveScripted(t, ln, serve)
-}
-
-// answer writes a complete response with body.
-func answer(c io.Writer, body string) {
-	fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-}
 
 const poisonBody = "PWNED!"
 

@@ -315,8 +315,7 @@ func TestBadGatewayOnDialFailures(t *testing.T) {
 			if err != nil {
 				return
 			}
-			_ = c.(*net.TCPConn).SetLinger(0)
-			c.Close()
+			resetConn(c)
 		}
 	}()
 	t.Cleanup(func() { rl.Close() })

@@ -11,14 +11,7 @@ import (
 // TestReloadKeepsInflightAndBulkheads: a reload swaps the table atomically, in-flight requests
 // finish on the route they started on, and a route that keeps its name keeps its bulkhead count.
 func TestReloadKeepsInflightAndBulkheads(t *testing.T) {
-	release, open := newGate()
-	defer open()
-	old := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		if strings.Contains(r.URL.Path, "hold") {
-			<-release
-		}
-		io.WriteString(w, "old")
-	})
+	old, open := holdingUpstream(t, func(path string) bool { return strings.Contains(path, "hold") }, "old")
 	next := startUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "new") })
 	gw := startGateway(t, "", upstreamRoute("/a", old.addr, "name: reports\nmax_concurrency: 2"))
 
@@ -32,10 +25,7 @@ func TestReloadKeepsInflightAndBulkheads(t *testing.T) {
 			results <- b
 		}()
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for old.inflight.Load() < 2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	old.awaitInflight(2)
 
 	cfg := loadConfig(t, "", upstreamRoute("/a", next.addr, "name: reports\nmax_concurrency: 2")+upstreamRoute("/b", next.addr, ""))
 	if err := gw.g.Reload(cfg); err != nil {

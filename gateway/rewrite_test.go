@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"io"
-	"net/http"
 	"testing"
 
 	"toron/conf"
@@ -52,14 +50,8 @@ func TestRewriteForwarded(t *testing.T) {
 		}
 	}
 	// Matching sees the request's own path: /users is no route.
-	resp, err := http.Get("http://" + tg.addr + "/users")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 404 {
-		t.Errorf("/users: %d", resp.StatusCode)
+	if s, _, _, err := getStatus(tg.addr, "/users"); err != nil || s != 404 {
+		t.Errorf("/users: %d %v", s, err)
 	}
 }
 

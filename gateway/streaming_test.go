@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -99,10 +98,7 @@ func TestUpload200MBByteExact(t *testing.T) {
 // chunkedUpload sends body as chunked over a raw connection and returns the response.
 func chunkedUpload(t *testing.T, addr, path string, chunks []string) rawResponse {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialRaw(t, addr)
 	defer c.Close()
 	w := bufio.NewWriter(c)
 	fmt.Fprintf(w, "POST %s HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", path)
@@ -274,8 +270,7 @@ func TestUpstreamFailureDuringChunkedBodyIs502(t *testing.T) {
 		io.CopyN(io.Discard, r.Body, 100_000)
 		hj := w.(http.Hijacker)
 		if c, _, err := hj.Hijack(); err == nil {
-			c.(*net.TCPConn).SetLinger(0)
-			c.Close()
+			resetConn(c)
 		}
 	})
 	// The staller never reads the body and never answers on its own: only the gateway's
@@ -296,10 +291,7 @@ func TestUpstreamFailureDuringChunkedBodyIs502(t *testing.T) {
 		{"/stall/x", `{"error":"502 Bad Gateway: upstream stopped reading the request"}`},
 	} {
 		path := tc.path
-		c, err := net.Dial("tcp", gw.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := dialRaw(t, gw.addr)
 		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", path)
 		go func() {
 			chunk := strings.Repeat("c", 32<<10)

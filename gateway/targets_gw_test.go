@@ -195,8 +195,7 @@ func TestStreamedPostNeverSentTwice(t *testing.T) {
 			return
 		}
 		io.CopyN(io.Discard, req.Body, 1<<20)
-		c.(*net.TCPConn).SetLinger(0)
-		c.Close()
+		resetConn(c)
 	})
 	// p2c would send some requests to the good target first; round robin starts with the
 	// first target, the resetting one.

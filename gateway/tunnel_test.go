@@ -38,10 +38,7 @@ type wsHandler func(c net.Conn, br *bufio.Reader, head string)
 
 func startWSUpstream(t *testing.T, h wsHandler) *wsUpstream {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testnet.Listen(t)
 	if h == nil {
 		h = wsEcho
 	}
@@ -607,10 +604,7 @@ func testTunnelStall(t *testing.T, clientStalls, overTLS bool, writeTimeout, idl
 
 	// The upstream: a WebSocket handshake, then a flood toward the client (the client stalls)
 	// or no read at all (the upstream stalls). upClosed is closed when its connection ends.
-	rawLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rawLn := testnet.Listen(t)
 	ln := rawLn
 	if overTLS {
 		ln = tls.NewListener(rawLn, &tls.Config{Certificates: []tls.Certificate{cert}})
@@ -665,11 +659,7 @@ func testTunnelStall(t *testing.T, clientStalls, overTLS bool, writeTimeout, idl
 	}
 	tg := startGateway(t, server, fmt.Sprintf("- type: upstream\n  prefix: /ws\n  target: %s\n  websocket: true\n%s", target, indent(extra, "  ")))
 
-	var c net.Conn
-	c, err = net.Dial("tcp", tg.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialRaw(t, tg.addr)
 	if overTLS {
 		c = tls.Client(c, &tls.Config{RootCAs: pki.Pool, ServerName: "127.0.0.1"})
 	}
@@ -743,36 +733,21 @@ func testTunnelStall(t *testing.T, clientStalls, overTLS bool, writeTimeout, idl
 // upgrade): an upstream that answers 101 to a plain request gets the client a 502, and its
 // connection is closed, never pooled (what follows on it is another protocol).
 func TestUnexpected101Is502(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var conns atomic.Int64
 	closed := make(chan struct{}, 8)
-	go func() {
+	addr := startScriptedUpstream(t, func(c net.Conn, br *bufio.Reader) {
+		conns.Add(1)
 		for {
-			c, err := ln.Accept()
-			if err != nil {
+			if _, err := readHead(br); err != nil {
+				closed <- struct{}{}
 				return
 			}
-			conns.Add(1)
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					if _, err := readHead(br); err != nil {
-						closed <- struct{}{}
-						return
-					}
-					if _, err := c.Write([]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n")); err != nil {
-						return
-					}
-				}
-			}()
+			if _, err := c.Write([]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n")); err != nil {
+				return
+			}
 		}
-	}()
-	t.Cleanup(func() { _ = ln.Close() })
-	gw := startGateway(t, "", upstreamRoute("/api", ln.Addr().String(), ""))
+	})
+	gw := startGateway(t, "", upstreamRoute("/api", addr, ""))
 	for i := 0; i < 2; i++ {
 		rr := rawRequest(t, gw.addr, "GET /api/x HTTP/1.1\r\nHost: example.test\r\n\r\n")
 		if rr.StatusCode != http.StatusBadGateway {
