@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 // rssBytes reads the resident set size of process pid from /proc.
@@ -65,10 +66,7 @@ func TestCompressMemoryBound(t *testing.T) {
 
 			// Warm up (pools, first encoders), then the idle value.
 			for range 3 {
-				c, err := net.Dial("tcp", addr)
-				if err != nil {
-					t.Fatal(err)
-				}
+				c := testnet.Dial(t, addr)
 				fmt.Fprintf(c, "GET /warm HTTP/1.1\r\nHost: a\r\nAccept-Encoding: %s\r\n\r\n", enc)
 				br := bufio.NewReader(c)
 				if _, err := http.ReadResponse(br, nil); err != nil {
@@ -83,14 +81,9 @@ func TestCompressMemoryBound(t *testing.T) {
 			release = make(chan struct{})
 			mu.Unlock()
 			errs := make(chan error, streams)
-			conns := make([]net.Conn, 0, streams)
 			var ready sync.WaitGroup
 			for range streams {
-				c, err := net.Dial("tcp", addr)
-				if err != nil {
-					t.Fatal(err)
-				}
-				conns = append(conns, c)
+				c := testnet.Dial(t, addr) // closed when the subtest ends, after the peak is read
 				ready.Add(1)
 				go func() {
 					defer ready.Done()
@@ -123,9 +116,6 @@ func TestCompressMemoryBound(t *testing.T) {
 			}
 			peak := rssBytes(t, cmd.Process.Pid)
 			close(released())
-			for _, c := range conns {
-				c.Close()
-			}
 			perStream := (peak - idle) / streams
 			t.Logf("%s: RSS idle %d MiB, %d streams in flight %d MiB: %d KiB per stream (bound %d KiB)", enc, idle>>20, streams, peak>>20, perStream>>10, boundPerStream>>10)
 			if perStream > boundPerStream {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"toron/demo"
 	"toron/internal/testnet"
 )
 
@@ -44,14 +45,7 @@ func TestMain(m *testing.M) {
 // startTestUpstream serves h on a loopback port until the test ends and returns its address.
 func startTestUpstream(t testing.TB, h http.HandlerFunc) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: h}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().String()
+	return testnet.ServeHTTP(t, &http.Server{Handler: h})
 }
 
 func writeFile(t testing.TB, dir, name, content string) string {
@@ -594,5 +588,63 @@ func TestCheckElevatedBudgetExact(t *testing.T) {
 	}
 	if v.Budget != 29 {
 		t.Errorf("elevated_budget %d, want 29", v.Budget)
+	}
+}
+
+// TestSIGTERMWithOpenTunnel: on SIGTERM an open tunnel keeps working through drain_delay, is
+// closed by the end of shutdown_timeout, the process exits 0 and the tunnel's access line is
+// written.
+func TestSIGTERMWithOpenTunnel(t *testing.T) {
+	ws := demo.ServeWSEcho(testnet.Listen(t), true) // the load test's raw echo: bytes back as they come
+	t.Cleanup(func() { _ = ws.Close() })
+	up := ws.Addr()
+	cmd, stderr, base := startGateway(t, "  drain_delay: 1s\n  shutdown_timeout: 2s\n", "  access: true\n", "routes:\n"+upstreamRoute("/ws", up)+"    websocket: true\n")
+
+	c := testnet.Dial(t, strings.TrimPrefix(base, "http://"))
+	io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
+	if err != nil || resp.StatusCode != 101 {
+		t.Fatalf("handshake: %v %v", resp, err)
+	}
+	echo := func(msg string) error {
+		if _, err := io.WriteString(c, msg); err != nil {
+			return err
+		}
+		b := make([]byte, len(msg))
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(br, b); err != nil {
+			return err
+		}
+		if string(b) != msg {
+			return fmt.Errorf("echo %q", b)
+		}
+		return nil
+	}
+	if err := echo("before"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if err := echo("during the drain delay"); err != nil {
+		t.Errorf("tunnel during drain_delay: %v", err)
+	}
+	// Closed at the latest when shutdown_timeout (2s after the 1s delay) ends.
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err = br.ReadByte()
+	closedAfter := time.Since(start)
+	if err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Errorf("tunnel not closed by the shutdown: %v", err)
+	}
+	if closedAfter < 900*time.Millisecond || closedAfter > 6*time.Second {
+		t.Errorf("tunnel closed %s after SIGTERM, want between drain_delay and drain_delay + shutdown_timeout", closedAfter)
+	}
+	waitExit0(t, exited(cmd), stderr)
+	if log := stderr.String(); !strings.Contains(log, `"msg":"tunnel"`) || !strings.Contains(log, `"status":101`) {
+		t.Errorf("no tunnel access line:\n%s", log)
 	}
 }
