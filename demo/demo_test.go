@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -224,7 +223,7 @@ func TestSlidingDeadline(t *testing.T) {
 		t.Fatalf("next right after: %v, deadlines set %v; want none more", err, set)
 	}
 	d.armed = d.armed.Add(-bodyIdleTimeout/2 - time.Second)
-	setErr = errors.New("closed connection")
+	setErr = io.ErrClosedPipe // the connection is gone
 	if err := d.next(); err != setErr || len(set) != 2 {
 		t.Fatalf("next past half the window: %v, deadlines set %v; want a second one and its error", err, set)
 	}
@@ -373,13 +372,8 @@ func TestCloseRightAfterStart(t *testing.T) {
 		}
 		closed := make(chan error, 1)
 		go func() { closed <- u.Close() }()
-		select {
-		case err := <-closed:
-			if err != nil {
-				t.Errorf("Close: %v", err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("Close right after Start did not return within 5s")
+		if err := testnet.Ended(t, "Close right after Start", 5*time.Second, closed); err != nil {
+			t.Errorf("Close: %v", err)
 		}
 	}
 }

@@ -282,13 +282,8 @@ func startTCPRelayForTest(t *testing.T, upstream string, lifetime time.Duration)
 // waitRelay waits for the relay to end, failing the test if it hangs.
 func waitRelay(t *testing.T, done <-chan error) {
 	t.Helper()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("the tcp relay ended with %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the tcp relay did not end 10 s after its lifetime")
+	if err := testnet.Ended(t, "the tcp relay", 10*time.Second, done); err != nil {
+		t.Errorf("the tcp relay ended with %v", err)
 	}
 }
 

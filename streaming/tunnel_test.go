@@ -55,13 +55,7 @@ func startTunnel(t testing.TB, idle time.Duration, clientReader func(net.Conn) i
 
 func (f *tunnelFixture) wait(t testing.TB) error {
 	t.Helper()
-	select {
-	case err := <-f.done:
-		return err
-	case <-time.After(10 * time.Second):
-		t.Fatal("tunnel did not end")
-		return nil
-	}
+	return testnet.Ended(t, "the tunnel", 10*time.Second, f.done)
 }
 
 // TestTunnelCopiesBothWays: bytes of every size pass byte-exact both ways, a reader with bytes
