@@ -67,6 +67,15 @@ type isoPeer struct {
 	notes                                                      []string
 }
 
+// reference makes p the started reference peer srv (nginx, HAProxy). A reference exposes no
+// counter: all its bulkhead slots (named so in the report) are free when as many slow calls at
+// once all get 200.
+func (p *isoPeer) reference(srv isolationServer, version, slots string, bulkhead int) {
+	p.srv, p.version = srv, version
+	p.released = func() bool { return slotsFree(srv.URL(), bulkhead) }
+	p.releasedText = fmt.Sprintf("all %d %s free again (%d concurrent calls answered 200)", bulkhead, slots, bulkhead)
+}
+
 // startIsoPeer starts an upstream and the named server in front of it, with its generated files
 // and logs in out/isolation-<name>.
 func startIsoPeer(o options, name string) (*isoPeer, error) {
@@ -82,21 +91,13 @@ func startIsoPeer(o options, name string) (*isoPeer, error) {
 	switch name {
 	case "nginx":
 		var n *Nginx
-		n, err = StartNginx(o.nginx, dir, up.Addr(), o.bulkhead)
-		if err == nil {
-			p.srv, p.version = n, n.Version
-			// nginx exposes no counter: all slots are free when as many slow calls at once all
-			// get 200.
-			p.released = func() bool { return slotsFree(n.URL(), o.bulkhead) }
-			p.releasedText = fmt.Sprintf("all %d limit_conn slots free again (%d concurrent calls answered 200)", o.bulkhead, o.bulkhead)
+		if n, err = StartNginx(o.nginx, dir, up.Addr(), o.bulkhead); err == nil {
+			p.reference(n, n.Version, "limit_conn slots", o.bulkhead)
 		}
 	case "haproxy":
 		var h *HAProxy
-		h, err = StartHAProxy(o.haproxy, dir, up.Addr(), o.bulkhead)
-		if err == nil {
-			p.srv, p.version = h, h.Version
-			p.released = func() bool { return slotsFree(h.URL(), o.bulkhead) }
-			p.releasedText = fmt.Sprintf("all %d slots free again (%d concurrent calls answered 200)", o.bulkhead, o.bulkhead)
+		if h, err = StartHAProxy(o.haproxy, dir, up.Addr(), o.bulkhead); err == nil {
+			p.reference(h, h.Version, "slots", o.bulkhead)
 		}
 	default:
 		var t *Toron
