@@ -40,19 +40,34 @@ func serveNaiveProxy(o options) error {
 		CloseOnShutdown:              true,
 		Name:                         "loadtest-naive-proxy",
 	}
-	ln, err := net.Listen("tcp", o.listen)
+	ln, err := o.listenHelper("naive proxy")
 	if err != nil {
-		return fmt.Errorf("loadtest: naive proxy cannot listen on %s: %w", o.listen, err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	fmt.Printf("loadtest naive proxy on %s -> %s (pid %d)\n", ln.Addr(), o.upstream, os.Getpid())
-	if err := waitStop(served, o.lifetime); err != nil {
 		return err
 	}
-	err = srv.Shutdown()
+	fmt.Printf("loadtest naive proxy on %s -> %s (pid %d)\n", ln.Addr(), o.upstream, os.Getpid())
+	err = serveUntilStop(srv, func() error { return srv.Serve(ln) }, o.lifetime)
 	hc.CloseIdleConnections()
 	return err
+}
+
+// listenHelper listens on -listen for the helper scenario what (named in the error).
+func (o options) listenHelper(what string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return nil, fmt.Errorf("loadtest: %s cannot listen on %s: %w", what, o.listen, err)
+	}
+	return ln, nil
+}
+
+// serveUntilStop runs serve (srv serving its listener) until waitStop returns: what serve
+// returned when it ended first, else srv shut down.
+func serveUntilStop(srv *fasthttp.Server, serve func() error, lifetime time.Duration) error {
+	served := make(chan error, 1)
+	go func() { served <- serve() }()
+	if err := waitStop(served, lifetime); err != nil {
+		return err
+	}
+	return srv.Shutdown()
 }
 
 // waitStop waits for SIGINT, SIGTERM or lifetime, and returns nil then, or for served, and

@@ -162,19 +162,14 @@ func serveBareServer(o options) error {
 		DisablePreParseMultipartForm: true,
 		Name:                         "loadtest-bare-server",
 	}
-	ln, err := net.Listen("tcp", o.listen)
+	ln, err := o.listenHelper("bare server")
 	if err != nil {
-		return fmt.Errorf("loadtest: bare server cannot listen on %s: %w", o.listen, err)
-	}
-	served := make(chan error, 1)
-	if o.certFile != "" {
-		go func() { served <- srv.ServeTLS(ln, o.certFile, o.keyFile) }()
-	} else {
-		go func() { served <- srv.Serve(ln) }()
-	}
-	fmt.Printf("loadtest bare fasthttp server on %s (pid %d)\n", ln.Addr(), os.Getpid())
-	if err := waitStop(served, o.lifetime); err != nil {
 		return err
 	}
-	return srv.Shutdown()
+	serve := func() error { return srv.Serve(ln) }
+	if o.certFile != "" {
+		serve = func() error { return srv.ServeTLS(ln, o.certFile, o.keyFile) }
+	}
+	fmt.Printf("loadtest bare fasthttp server on %s (pid %d)\n", ln.Addr(), os.Getpid())
+	return serveUntilStop(srv, serve, o.lifetime)
 }

@@ -27,9 +27,9 @@ func serveTCPRelay(o options) error {
 	if o.upstream == "" {
 		return fmt.Errorf("loadtest: tcp-relay needs -upstream host:port")
 	}
-	ln, err := net.Listen("tcp", o.listen)
+	ln, err := o.listenHelper("tcp relay")
 	if err != nil {
-		return fmt.Errorf("loadtest: tcp relay cannot listen on %s: %w", o.listen, err)
+		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &relay{upstream: o.upstream, ctx: ctx, conns: map[net.Conn]struct{}{}}

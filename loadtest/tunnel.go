@@ -251,9 +251,9 @@ func tunnelScenario(o options) error {
 // serveWSUpstream is the ws-upstream helper: the echo upstream on -listen until SIGINT, SIGTERM
 // or -lifetime.
 func serveWSUpstream(o options) error {
-	ln, err := net.Listen("tcp", o.listen)
+	ln, err := o.listenHelper("ws upstream")
 	if err != nil {
-		return fmt.Errorf("loadtest: ws upstream cannot listen on %s: %w", o.listen, err)
+		return err
 	}
 	e := demo.ServeWSEcho(ln, true)
 	fmt.Printf("loadtest ws upstream on %s (pid %d)\n", ln.Addr(), os.Getpid())
