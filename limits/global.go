@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/redis/rueidis"
 )
 
 // Global rate limits (SPEC 17, scope: global): every replica shares a key's bucket in Redis, so
@@ -34,7 +33,9 @@ import (
 // gcraScript decides one request. KEYS[1] is the bucket, ARGV[1] the interval 1/R and ARGV[2]
 // the tolerance (B-1)/R, both in microseconds. It returns {1, 0} when a token was taken, else
 // {0, wait} with wait the microseconds until one is back. Lua numbers are doubles: a time in
-// microseconds (about 2^51 today) is exact.
+// microseconds (about 2^51 today) is exact. It is loaded on every connection as it is set up
+// (SCRIPT LOAD) and sent as EVALSHA gcraSHA; EVAL with the script follows a NOSCRIPT reply (a
+// restarted or failed-over server has an empty script cache).
 const gcraScript = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -48,10 +49,6 @@ tat = tat + interval
 redis.call('SET', KEYS[1], string.format('%d', tat), 'PX', math.ceil((tat - now) / 1000))
 return {1, 0}
 `
-
-// gcra is the script, sent as EVALSHA, loaded with EVAL when Redis answers NOSCRIPT (a restarted
-// or failed-over server has an empty script cache).
-var gcra = rueidis.NewLuaScript(gcraScript)
 
 // OnError is what a global rate limit does when Redis gives no decision in time (on_error).
 type OnError uint8
@@ -154,14 +151,9 @@ func (g *GlobalLimiter) AllowHeader(v []byte, now time.Time) (bool, time.Duratio
 func (g *GlobalLimiter) allow(sum [sha256.Size]byte, k RateKey, now time.Time) (bool, time.Duration) {
 	var hx [16]byte
 	hex.Encode(hx[:], sum[:8])
-	key := g.prefix + string(hx[:])
-	r := g.redis.Load()
-	if r != nil {
-		res, err := r.evalScript(gcra, key, *g.args.Load())
-		if err == nil {
-			if ok, wait, perr := parseVerdict(res); perr == nil {
-				return ok, wait
-			}
+	if r := g.redis.Load(); r != nil {
+		if res, err := r.decide(g.prefix, hx[:], *g.args.Load()); err == nil {
+			return res.ok, time.Duration(res.wait) * time.Microsecond
 		}
 	}
 	if g.errors != nil {
@@ -175,29 +167,6 @@ func (g *GlobalLimiter) allow(sum [sha256.Size]byte, k RateKey, now time.Time) (
 	default:
 		return g.local.Allow(k, now)
 	}
-}
-
-// parseVerdict reads the script's {allowed, wait} reply (in place: no slice is made).
-func parseVerdict(res rueidis.RedisResult) (bool, time.Duration, error) {
-	v, err := res.ToArray()
-	if err != nil {
-		return false, 0, err
-	}
-	if len(v) != 2 {
-		return false, 0, errBadVerdict
-	}
-	ok, err := v[0].AsInt64()
-	if err != nil {
-		return false, 0, err
-	}
-	if ok == 1 {
-		return true, 0, nil
-	}
-	wait, err := v[1].AsInt64()
-	if err != nil {
-		return false, 0, err
-	}
-	return false, time.Duration(wait) * time.Microsecond, nil
 }
 
 var errBadVerdict = errors.New("limits: redis script answered an unexpected reply")

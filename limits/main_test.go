@@ -31,7 +31,7 @@ func newTestRedis(tb testing.TB, o RedisOptions) *Redis {
 	}
 	tb.Cleanup(r.Close)
 	deadline := time.Now().Add(10 * time.Second)
-	for r.client.Load() == nil {
+	for !r.Connected() {
 		if time.Now().After(deadline) {
 			tb.Fatalf("redis client not connected to %v within 10s", o.Addrs)
 		}

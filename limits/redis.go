@@ -5,24 +5,21 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/rueidis"
 )
 
 // The Redis behind the global rate limits (SPEC 17, scope: global): one client shared by every
 // route of the process, built from server.redis.
 //
-// The client is rueidis, chosen by measurement (docs/rate-limits.md, "The Redis client"): it
-// pipelines the commands of concurrent callers on a few connections by itself, so 64 requests
-// deciding at once cost Redis a handful of round trips and Toron a handful of syscalls, where
-// go-redis/v9 takes a pooled connection per command and pays a round trip and two syscalls per
-// decision. A caller waits for its reply in its own goroutine (the connection's, in fasthttp),
-// bounded by the decision timeout, and never for a dial (redisdial.go: connections are made in
-// the background and handed over ready); no goroutine is started per request.
+// The client is Toron's own (resppipe.go, respwire.go, redisnode.go, rediscluster.go), chosen
+// by measurement over rueidis and go-redis/v9 (docs/rate-limits.md, "The Redis client"): one
+// connection per Redis node, on which the commands of concurrent callers are pipelined, driven
+// by the callers themselves, so that a decision made alone is one write and one read in the
+// request's own goroutine (the connection's, in fasthttp), bounded by the decision timeout, and
+// never waits for a dial (redisnode.go: connections are made in the background and installed
+// ready); no goroutine is started per request.
 //
 // Health is a small breaker: after redisBreakerFailures failed calls in a row Redis is skipped
 // for redisBreakerPause, then one call is let through; its success closes the breaker, its
@@ -45,19 +42,9 @@ const (
 // the background (a Toron that starts before its Redis must not need a restart).
 const redisConnectRetry = time.Second
 
-// redisReplyTimeout is how long a connection waits for the reply of a command that has no
-// deadline of its own (the client's keep-alive PING) before it is closed and dialed anew.
+// redisReplyTimeout is how long a connection's oldest command may wait for its reply, past its
+// caller's deadline, before the connection is taken for hung, closed and dialed anew.
 const redisReplyTimeout = 2 * time.Second
-
-// redisMaxFlushDelay is how long the connection's writer waits after a flush, only while
-// several callers are waiting, to send more decisions in one write: measured under 64
-// concurrent callers (BenchmarkGlobalLimiter), 20µs cut Toron's CPU per decision from about
-// 7.0µs to 5.4µs; 100µs saved no more and batched worse. A lone caller is never delayed.
-const redisMaxFlushDelay = 20 * time.Microsecond
-
-// redisConnBuffer is the read and write buffer of one connection; decisions are a few dozen
-// bytes each, so rueidis's 512 KiB default would only cost memory.
-const redisConnBuffer = 64 << 10
 
 // ErrRedisSkipped is the error of a call not sent because the breaker is open.
 var ErrRedisSkipped = errors.New("limits: redis skipped after repeated failures")
@@ -87,7 +74,7 @@ type RedisOptions struct {
 type Redis struct {
 	opts    RedisOptions
 	timeout time.Duration
-	client  atomic.Pointer[redisConn]
+	topo    atomic.Pointer[redisTopology] // nil until an address answered
 
 	deadline atomic.Pointer[sharedDeadline] // the context of the calls starting now
 
@@ -96,14 +83,14 @@ type Redis struct {
 	probing     atomic.Bool  // one call is testing Redis after a pause
 	up          atomic.Bool
 
-	dialer   *redisDialer
-	stop     chan struct{}
-	done     chan struct{}
+	ctx      context.Context // cancelled by Close: the background dials stop
+	cancel   context.CancelFunc
+	mu       sync.Mutex // guards nodes and closed
+	nodes    map[string]*redisNode
+	closed   bool
+	wg       sync.WaitGroup // the connector, the background dials, the cluster's refreshes
 	closeOne sync.Once
 }
-
-// redisConn holds the rueidis client (an interface) behind an atomic pointer.
-type redisConn struct{ c rueidis.Client }
 
 // NewRedis returns a client of o. It never waits for Redis: the connection is made in the
 // background, retried every second until an address answers, so Toron starts (and -check
@@ -115,80 +102,52 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultRedisTimeout
 	}
-	r := &Redis{opts: o, timeout: o.Timeout, stop: make(chan struct{}), done: make(chan struct{})}
-	r.dialer = newRedisDialer(o.TLS, r.Connected)
+	r := &Redis{opts: o, timeout: o.Timeout, nodes: make(map[string]*redisNode)}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r.wg.Add(1)
 	go r.connect()
 	return r, nil
 }
 
-// clientOption is the rueidis configuration of o, dialing through d (redisdial.go).
-func (o *RedisOptions) clientOption(d *redisDialer) rueidis.ClientOption {
-	return rueidis.ClientOption{
-		InitAddress: o.Addrs,
-		Username:    o.Username,
-		Password:    o.Password,
-		SelectDB:    o.DB,
-		TLSConfig:   o.TLS,
-		// Connections come ready from d, never dialed while a decision waits. Dialer.Timeout
-		// bounds what rueidis still does on one, HELLO, when no caller's deadline does.
-		DialCtxFn: d.dial,
-		Dialer:    net.Dialer{Timeout: o.Timeout, KeepAlive: rueidis.DefaultTCPKeepAlive},
-		// No client-side caching (nothing is read twice), no retries (a decision has one
-		// timeout to keep, and the script is not idempotent).
-		DisableCache:     true,
-		DisableRetry:     true,
-		ConnWriteTimeout: redisReplyTimeout,
-		// One connection per node: every decision of the process is pipelined on it, the most
-		// decisions per round trip (rueidis would open up to 4 on a standalone server).
-		PipelineMultiplex:   -1,
-		MaxFlushDelay:       redisMaxFlushDelay,
-		ReadBufferEachConn:  redisConnBuffer,
-		WriteBufferEachConn: redisConnBuffer,
-		ClientName:          "toron",
-		ClientSetInfo:       rueidis.DisableClientSetInfo,
-	}
-}
-
-// connect builds the rueidis client, retrying until it succeeds or the client is closed.
+// connect finds the topology from the first address that answers (a standalone server, or a
+// cluster's map of slots), retrying until one does or the client is closed.
 func (r *Redis) connect() {
-	defer close(r.done)
-	opt := r.opts.clientOption(r.dialer)
+	defer r.wg.Done()
 	for {
-		c, err := rueidis.NewClient(opt)
-		if err == nil {
-			warm(c)
-			r.client.Store(&redisConn{c: c})
-			return
+		for _, addr := range r.opts.Addrs {
+			if t := r.discover(addr); t != nil {
+				r.topo.Store(t)
+				return
+			}
+			if r.ctx.Err() != nil {
+				return
+			}
 		}
+		t := time.NewTimer(redisConnectRetry)
 		select {
-		case <-r.stop:
+		case <-r.ctx.Done():
+			t.Stop()
 			return
-		case <-time.After(redisConnectRetry):
+		case <-t.C:
 		}
 	}
 }
 
-// warm connects c to every node it knows (a cluster's masters beside the seed it was found
-// from) and loads the decision script there, before any decision uses it: a connection made
-// later is made in the background, and the decisions that need it meanwhile fail at once; a
-// script not loaded costs the first decision a second round trip (NOSCRIPT, then EVAL).
-func warm(c rueidis.Client) {
-	for _, n := range c.Nodes() {
-		ctx, cancel := context.WithTimeout(context.Background(), redisDialTimeout)
-		_ = n.Do(ctx, n.B().ScriptLoad().Script(gcraScript).Build()).Error()
-		cancel()
-	}
-}
-
-// Close stops the background connector and closes every connection. Calls made after it fail.
+// Close stops the background work and closes every connection. Calls made after it fail.
 func (r *Redis) Close() {
 	r.closeOne.Do(func() {
-		close(r.stop)
-		<-r.done
-		if c := r.client.Load(); c != nil {
-			c.c.Close()
+		r.mu.Lock()
+		r.closed = true
+		r.mu.Unlock()
+		r.cancel()
+		r.wg.Wait()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, n := range r.nodes {
+			if c := n.conn.Swap(nil); c != nil {
+				c.Close()
+			}
 		}
-		r.dialer.close()
 		r.up.Store(false)
 	})
 }
@@ -197,16 +156,11 @@ func (r *Redis) Close() {
 func (r *Redis) Up() bool { return r.up.Load() }
 
 // Connected reports whether the background connector has reached Redis once.
-func (r *Redis) Connected() bool { return r.client.Load() != nil }
+func (r *Redis) Connected() bool { return r.topo.Load() != nil }
 
 // Closed reports whether Close was called.
 func (r *Redis) Closed() bool {
-	select {
-	case <-r.stop:
-		return true
-	default:
-		return false
-	}
+	return r.ctx.Err() != nil
 }
 
 // Timeout returns the bound of one decision.
@@ -276,20 +230,23 @@ func (r *Redis) callContext(now time.Time) context.Context {
 	return ctx
 }
 
-// evalScript runs s on key with args under the decision timeout, through the breaker.
-func (r *Redis) evalScript(s *rueidis.Lua, key string, args []string) (rueidis.RedisResult, error) {
+// decide runs the decision script on the key keyPrefix+keySuffix with args under the decision
+// timeout, through the breaker.
+func (r *Redis) decide(keyPrefix string, keySuffix []byte, args []string) (verdictReply, error) {
 	t := time.Now()
 	now := t.UnixNano()
 	if !r.admit(now) {
-		return rueidis.RedisResult{}, ErrRedisSkipped
+		return verdictReply{}, ErrRedisSkipped
 	}
-	c := r.client.Load()
-	if c == nil {
+	topo := r.topo.Load()
+	if topo == nil {
 		r.record(ErrRedisNotConnected, now)
-		return rueidis.RedisResult{}, ErrRedisNotConnected
+		return verdictReply{}, ErrRedisNotConnected
 	}
-	res := s.Exec(r.callContext(t), c.c, []string{key}, args)
-	err := res.Error()
+	ctx := r.callContext(t)
+	deadline, _ := ctx.Deadline()
+	res := r.run(topo, ctx, deadline, now, keyPrefix, keySuffix, args)
+	err := res.err
 	if err != nil {
 		err = fmt.Errorf("limits: redis decision: %w", err)
 	}

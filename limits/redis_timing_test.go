@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -104,14 +105,25 @@ func runDecisions(b *testing.B, s *redistest.Server, decide func(i int64) error)
 	}
 }
 
+// rueidisGCRA is the decision script for rueidis, the client Toron used before its own.
+var rueidisGCRA = rueidis.NewLuaScript(gcraScript)
+
 func BenchmarkRedisClient(b *testing.B) {
 	s := redistest.Start(b)
 	args := []string{"1000", "1000000"} // 1000/s, burst 1001: every decision writes
 	keyOf := func(i int64) string { return "toron:rl:{bench}:" + strconv.FormatInt(i%1024, 16) }
 
+	b.Run("toron", func(b *testing.B) {
+		r := newTestRedis(b, RedisOptions{Addrs: []string{s.Addr}, Timeout: time.Second})
+		runDecisions(b, s, func(i int64) error {
+			_, err := r.decide("toron:rl:{bench}:", strconv.AppendInt(nil, i%1024, 16), args)
+			return err
+		})
+	})
 	b.Run("rueidis", func(b *testing.B) {
 		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, DisableCache: true,
-			DisableRetry: true, ReadBufferEachConn: redisConnBuffer, WriteBufferEachConn: redisConnBuffer})
+			DisableRetry: true, ReadBufferEachConn: 64 << 10, WriteBufferEachConn: 64 << 10,
+			PipelineMultiplex: -1, MaxFlushDelay: 20 * time.Microsecond})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -119,7 +131,7 @@ func BenchmarkRedisClient(b *testing.B) {
 		runDecisions(b, s, func(i int64) error {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			return gcra.Exec(ctx, c, []string{keyOf(i)}, args).Error()
+			return rueidisGCRA.Exec(ctx, c, []string{keyOf(i)}, args).Error()
 		})
 	})
 	b.Run("go-redis", func(b *testing.B) {
@@ -168,4 +180,106 @@ func BenchmarkLocalLimiter64(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(selfCPU()-cpu0)/float64(b.N), "client-cpu-ns/op")
+}
+
+// BenchmarkRedisPaced is the case of a route at a few thousand requests per second: one caller,
+// one decision every 200µs (5,000 per second), so decisions come one at a time and nothing is
+// pipelined. Each op is a round of 500 decisions through each of: Toron's client, rueidis, a
+// bare round trip (EVALSHA written and its reply read on a plain connection in the caller's
+// goroutine, the floor of any client that waits for Redis), and no call at all (the pacing's
+// own cost). Reported: the medians over the rounds of the CPU and the thread context switches
+// per decision of this process, the pacing's subtracted.
+func BenchmarkRedisPaced(b *testing.B) {
+	s := redistest.Start(b)
+	r := newTestRedis(b, RedisOptions{Addrs: []string{s.Addr}, Timeout: time.Second})
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, DisableCache: true,
+		DisableRetry: true, ReadBufferEachConn: 64 << 10, WriteBufferEachConn: 64 << 10,
+		PipelineMultiplex: -1, MaxFlushDelay: 20 * time.Microsecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rc.Close()
+	bare, _, err := r.dialNode(s.Addr, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bare.Close()
+	args := []string{"1000", "1000000"}
+	cmd := scriptCmd{"EVALSHA", gcraSHA, "toron:rl:{bench}:", []byte("0123456789abcdef"), args}.append(nil)
+	rbuf := make([]byte, 512)
+	variants := []struct {
+		name string
+		call func() error
+	}{
+		{"toron", func() error { _, err := r.decide("toron:rl:{bench}:", []byte("0123456789abcdef"), args); return err }},
+		{"rueidis", func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			return rueidisGCRA.Exec(ctx, rc, []string{"toron:rl:{bench}:0123456789abcdef"}, args).Error()
+		}},
+		{"bare", func() error {
+			_ = bare.SetDeadline(time.Now().Add(time.Second))
+			if _, err := bare.Write(cmd); err != nil {
+				return err
+			}
+			got := 0
+			for {
+				n, err := bare.Read(rbuf[got:])
+				if err != nil {
+					return err
+				}
+				got += n
+				if _, m, err := parseVerdict(rbuf[:got]); err != nil || m > 0 {
+					return err
+				}
+			}
+		}},
+		{"idle", func() error { return nil }},
+	}
+	const perRound = 500
+	cpu := make([][]float64, len(variants))
+	csw := make([][]float64, len(variants))
+	b.ResetTimer()
+	for range b.N {
+		for vi, v := range variants {
+			c0, s0 := selfCPU(), ctxSwitches()
+			next := time.Now()
+			for range perRound {
+				next = next.Add(200 * time.Microsecond)
+				if d := time.Until(next); d > 0 {
+					time.Sleep(d)
+				}
+				if err := v.call(); err != nil {
+					b.Fatalf("%s: %v", v.name, err)
+				}
+			}
+			cpu[vi] = append(cpu[vi], float64(selfCPU()-c0)/perRound)
+			csw[vi] = append(csw[vi], float64(ctxSwitches()-s0)/perRound)
+		}
+	}
+	b.StopTimer()
+	idle := len(variants) - 1
+	for vi, v := range variants[:idle] {
+		var dc, ds []float64
+		for i := range cpu[vi] {
+			dc = append(dc, cpu[vi][i]-cpu[idle][i])
+			ds = append(ds, csw[vi][i]-csw[idle][i])
+		}
+		b.ReportMetric(median(dc), v.name+"-cpu-ns/decision")
+		b.ReportMetric(median(ds), v.name+"-ctxsw/decision")
+	}
+	b.ReportMetric(median(cpu[idle]), "pacing-cpu-ns/decision")
+}
+
+// ctxSwitches is the number of thread context switches of this process so far.
+func ctxSwitches() int64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Nvcsw + ru.Nivcsw
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
 }

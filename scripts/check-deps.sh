@@ -4,9 +4,8 @@
 # -> conf. The leaves (limits, timeouts, streaming, listener, auth) import only the standard
 # library, fasthttp and the metrics package (and, in listener, github.com/pires/go-proxyproto; in
 # auth, golang.org/x/crypto/bcrypt and github.com/golang-jwt/jwt/v5; in streaming, the
-# compression libraries of its compressing writers; in limits, github.com/redis/rueidis, the
-# client of the global rate limits); socket imports only the
-# standard library.
+# compression libraries of its compressing writers; limits speaks to Redis with its own client);
+# socket imports only the standard library.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
@@ -24,7 +23,6 @@ done
 allowed='^(github\.com/valyala/fasthttp|github\.com/VictoriaMetrics/metrics)$'
 declare -A extra=(
 	[listener]='^github\.com/pires/go-proxyproto(/|$)'
-	[limits]='^github\.com/redis/rueidis$'
 	[streaming]='^github\.com/(klauspost/compress/(zstd|gzip)|molecule-man/go-brrr)$'
 )
 for leaf in limits timeouts streaming listener; do

@@ -197,6 +197,20 @@ func (s *Server) do(whole bool, args ...string) (string, error) {
 // error reply is an error.
 func (s *Server) Do(args ...string) (string, error) { return s.do(false, args...) }
 
+// DoBulk sends one command over a fresh connection and returns its bulk-string reply (CLUSTER
+// MYID); an error reply is an error.
+func (s *Server) DoBulk(args ...string) (string, error) {
+	out, err := s.do(true, args...)
+	if err != nil {
+		return "", err
+	}
+	head, body, ok := strings.Cut(out, "\r\n")
+	if !ok || !strings.HasPrefix(head, "$") {
+		return "", fmt.Errorf("redis: not a bulk reply: %q", out)
+	}
+	return strings.TrimSuffix(body, "\r\n"), nil
+}
+
 // Process returns the running process (to freeze it with SIGSTOP, or read its /proc entries).
 func (s *Server) Process() *os.Process { return s.cmd.Process }
 
