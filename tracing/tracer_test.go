@@ -51,11 +51,7 @@ func newTestTracer(t testing.TB, o Options) *Tracer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = tr.Shutdown(ctx)
-	})
+	testnet.ShutdownAtEnd(t, tr.Shutdown)
 	return tr
 }
 
