@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"math"
@@ -72,11 +71,7 @@ func TestAccessLineIsZapsLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = tr.Shutdown(ctx)
-	})
+	testnet.ShutdownAtEnd(t, tr.Shutdown)
 	n, traced := 0, 0
 	defer x.trace.Begin(nil, nil, nil, false, time.Time{})
 	for i, s := range strs {

@@ -78,12 +78,11 @@ func serveGatewayDone(t testing.TB, g *Gateway, done chan error) string {
 	t.Helper()
 	ln := testnet.Listen(t)
 	go func() { done <- g.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = g.Shutdown(ctx)
+	testnet.ShutdownAtEnd(t, func(ctx context.Context) error {
+		err := g.Shutdown(ctx)
 		<-done
 		closeIdleUpstreams(g)
+		return err
 	})
 	return ln.Addr().String()
 }
@@ -168,11 +167,9 @@ func startUpstream(t testing.TB, h http.HandlerFunc) *upstream {
 		},
 	}
 	go func() { _ = u.srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
+	testnet.ShutdownAtEnd(t, func(ctx context.Context) error {
 		_ = u.srv.Shutdown(ctx)
-		_ = u.srv.Close()
+		return u.srv.Close()
 	})
 	return u
 }

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -225,21 +224,14 @@ func TestTLSMutualClients(t *testing.T) {
 // startTLSUpstream serves h (nil: echo) over TLS with cert on loopback.
 func startTLSUpstream(t *testing.T, cert tls.Certificate, h ...http.HandlerFunc) string {
 	t.Helper()
-	raw, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := testnet.Listen(t)
 	handler := http.HandlerFunc(echoHandler)
 	if len(h) > 0 {
 		handler = h[0]
 	}
 	srv := &http.Server{Handler: handler, ErrorLog: log.New(io.Discard, "", 0)}
 	go func() { _ = srv.Serve(tls.NewListener(raw, &tls.Config{Certificates: []tls.Certificate{cert}})) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	})
+	testnet.ShutdownAtEnd(t, srv.Shutdown)
 	return raw.Addr().String()
 }
 
