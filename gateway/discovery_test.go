@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -127,10 +126,7 @@ func TestDiscoveryFailedLookupAndEmptyAnswers(t *testing.T) {
 	gw := startGateway(t, resolverServer(d), discoveryRoute(farm, "/api", "api.test", ""))
 	c := &http.Client{Timeout: 5 * time.Second}
 	defer c.CloseIdleConnections()
-	errs := func() int {
-		n, _ := strconv.Atoi(metricLine(gw.g, `toron_upstream_discovery_errors_total{route="api"}`))
-		return n
-	}
+	errs := func() float64 { return scrape(t, gw.addr)[`toron_upstream_discovery_errors_total{route="api"}`] }
 	d.ServFail.Store(true)
 	if !testnet.WaitUntil(10*time.Second, func() bool { return errs() >= 2 }) {
 		t.Fatal("SERVFAIL answers were not counted")
