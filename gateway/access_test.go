@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -345,34 +344,25 @@ func TestWrongPasswordFloodKeepsOtherRoutes(t *testing.T) {
 	if resp, _ := authGet(t, gw.addr, "/b/x", "Authorization", basicCred("demo", "demo-password")); resp.StatusCode != 200 {
 		t.Fatalf("good credential: %d", resp.StatusCode)
 	}
-	stop := make(chan struct{})
 	statuses := make(chan int, 1024)
-	var flooders sync.WaitGroup
-	for i := range 4 {
-		flooders.Go(func() {
-			cl := &http.Client{}
-			defer cl.CloseIdleConnections()
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				req, _ := http.NewRequest("GET", "http://"+gw.addr+"/b/x", nil)
-				req.Header.Set("Authorization", basicCred("demo", fmt.Sprintf("wrong-%d-%d", i, n)))
-				resp, err := cl.Do(req)
-				if err != nil {
-					continue
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				select {
-				case statuses <- resp.StatusCode:
-				default:
-				}
-			}
-		})
-	}
+	cl := &http.Client{}
+	defer cl.CloseIdleConnections()
+	var sent [4]int // each flooder's wrong passwords so far, each a new one
+	stopFlood := testnet.Loop(t, 4, func(i int) {
+		sent[i]++
+		req, _ := http.NewRequest("GET", "http://"+gw.addr+"/b/x", nil)
+		req.Header.Set("Authorization", basicCred("demo", fmt.Sprintf("wrong-%d-%d", i, sent[i])))
+		resp, err := cl.Do(req)
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		select {
+		case statuses <- resp.StatusCode:
+		default:
+		}
+	})
 	time.Sleep(200 * time.Millisecond)
 	var worst time.Duration
 	for range 10 {
@@ -386,8 +376,7 @@ func TestWrongPasswordFloodKeepsOtherRoutes(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	close(stop)
-	flooders.Wait()
+	stopFlood()
 	close(statuses)
 	count := map[int]int{}
 	for s := range statuses {
