@@ -245,10 +245,11 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	c := &Cluster{}
 	args := []string{"--cluster", "create"}
 	for i := 0; i < n; i++ {
-		// The bus port is drawn as well: the default, port + 10000, lies beyond 65535 for a
-		// quarter of the ephemeral range.
-		s := Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
-			"--cluster-port", strconv.Itoa(testnet.FreePort(t)))
+		// The bus port is drawn as well, anew with the port on each attempt of startFree: the
+		// default, port + 10000, lies beyond 65535 for a quarter of the ephemeral range.
+		s := startFree(t, func(port int) []string {
+			return []string{"--port", strconv.Itoa(port), "--cluster-port", strconv.Itoa(testnet.FreePort(t))}
+		}, nil, []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"})
 		c.Nodes = append(c.Nodes, s)
 		args = append(args, s.Addr)
 	}

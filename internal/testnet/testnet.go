@@ -87,13 +87,6 @@ func FreePort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// RefusedAddr returns a loopback address ("127.0.0.1:port") where nothing listens: a dial to it
-// is refused.
-func RefusedAddr(t testing.TB) string {
-	t.Helper()
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
-}
-
 // Pair returns both ends of a loopback TCP connection, closed when the test ends.
 func Pair(t testing.TB) (client, server net.Conn) {
 	t.Helper()
