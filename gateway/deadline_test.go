@@ -8,9 +8,11 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 // These tests use windows of one second and bounds of several windows: CI machines are noisy.
@@ -295,13 +297,12 @@ func TestStalledReaderCut(t *testing.T) {
 // free its bulkhead within a second.
 func TestAbandonedElevatedReportsFreeBulkhead(t *testing.T) {
 	t.Parallel()
-	var upstreamAborts sync.WaitGroup
-	upstreamAborts.Add(8)
+	var upstreamAborts atomic.Int64
 	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-time.After(30 * time.Second):
 		case <-r.Context().Done():
-			upstreamAborts.Done()
+			upstreamAborts.Add(1)
 		}
 	})
 	gw := startGateway(t, "", upstreamRoute("/legacy/reports", up.addr, "max_concurrency: 8\nresponse_header_timeout: 60s"))
@@ -334,12 +335,8 @@ func TestAbandonedElevatedReportsFreeBulkhead(t *testing.T) {
 	if d := time.Since(closed); bh.InFlight() > 0 || d > 3*time.Second {
 		t.Errorf("bulkhead freed after %v (in flight %d), want within about a second (bound 3 s)", d, bh.InFlight())
 	}
-	done := make(chan struct{})
-	go func() { upstreamAborts.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Errorf("the upstream requests were not aborted")
+	if !testnet.WaitUntil(5*time.Second, func() bool { return upstreamAborts.Load() == 8 }) {
+		t.Errorf("%d of the 8 upstream requests were aborted", upstreamAborts.Load())
 	}
 	waitIdle(t, gw.g)
 }
