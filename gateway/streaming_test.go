@@ -31,6 +31,12 @@ func sinkHandler(got *atomic.Int64) http.HandlerFunc {
 	}
 }
 
+// sinkAnswer is what sinkHandler answers for the body b: its length and SHA-256.
+func sinkAnswer(b []byte) string {
+	h := sha256.Sum256(b)
+	return fmt.Sprintf("%d %s", len(b), hex.EncodeToString(h[:]))
+}
+
 type countWriter struct{ n *atomic.Int64 }
 
 func (c countWriter) Write(p []byte) (int, error) {
@@ -117,10 +123,7 @@ func TestChunkedModes(t *testing.T) {
 			upstreamRoute("/pass", up.addr, "inbound_chunked_mode: passthrough"))
 	small := []string{"hello ", "world"}
 	large := []string{strings.Repeat("a", 700), strings.Repeat("b", 700)}
-	sum := func(chunks []string) string {
-		h := sha256.Sum256([]byte(strings.Join(chunks, "")))
-		return fmt.Sprintf("%d %s", len(strings.Join(chunks, "")), hex.EncodeToString(h[:]))
-	}
+	sum := func(chunks []string) string { return sinkAnswer([]byte(strings.Join(chunks, ""))) }
 	for _, tc := range []struct {
 		path     string
 		chunks   []string
@@ -257,8 +260,7 @@ func TestStreamRequestBodyFalseBuffers(t *testing.T) {
 	}
 	io.WriteString(c, body[100_000:])
 	resp := readRawResponse(t, c, "POST")
-	h := sha256.Sum256([]byte(body))
-	if resp.StatusCode != 200 || string(resp.body) != fmt.Sprintf("%d %s", len(body), hex.EncodeToString(h[:])) {
+	if resp.StatusCode != 200 || string(resp.body) != sinkAnswer([]byte(body)) {
 		t.Fatalf("%d %s", resp.StatusCode, resp.body)
 	}
 }
