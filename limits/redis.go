@@ -25,8 +25,9 @@ import (
 // for redisBreakerPause, then one call is let through; its success closes the breaker, its
 // failure opens it for another pause. So a Redis that is down or hangs costs each request at
 // most one timeout until the breaker opens, then nothing. A call that found no connection ready
-// (ErrRedisReconnecting, ErrRedisNotConnected) was not sent and cost nothing: it is a failed
-// decision (counted, on_error decides, toron_redis_up 0) but not one of the breaker's failures.
+// (ErrRedisReconnecting, ErrRedisNotConnected), or whose connection Redis closed under it, cost
+// no time: it is a failed decision (counted, on_error decides, toron_redis_up 0) but not one of
+// the breaker's failures.
 
 // DefaultRedisTimeout bounds one decision by Redis (server.redis.timeout): a few loopback or
 // same-zone round trips, small beside an upstream's latency, so a slow Redis adds little.
@@ -191,8 +192,9 @@ func (r *Redis) record(err error, now int64) {
 		return
 	}
 	r.up.Store(false)
-	if errors.Is(err, ErrRedisReconnecting) || errors.Is(err, ErrRedisNotConnected) {
-		// Nothing was sent (no connection was ready, and none is waited for): a failed
+	if errors.Is(err, ErrRedisReconnecting) || errors.Is(err, ErrRedisNotConnected) || errors.Is(err, errRedisConnLost) {
+		// Nothing was sent (no connection was ready, and none is waited for), or the
+		// connection was closed under the call (a Redis killed or restarted): a failed
 		// decision, which on_error decides, but not a failed call, since it cost no time. A
 		// probe released so costs no pause either: decisions come from Redis again as soon as
 		// the background dial has a connection.

@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"time"
@@ -68,6 +69,21 @@ func putCall(c *redisCall) {
 	}
 	c.reply = verdictReply{}
 	callPool.Put(c)
+}
+
+// errRedisConnLost wraps the error of a connection that Redis (or the network) closed or reset:
+// its calls failed at once, without waiting, so they are not the breaker's failures (a Redis
+// that is down costs no request any time; the node dials anew in the background).
+var errRedisConnLost = errors.New("limits: redis connection lost")
+
+// lost returns err as a lost connection's error, unless it is a timeout (a write that could not
+// go out before its deadline waited, and counts).
+func lost(err error) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errRedisConnLost, err)
 }
 
 // errRedisClosedConn is the error of calls on a connection that was closed under them.
@@ -208,7 +224,7 @@ func (p *pipeConn) flush(deadline time.Time) {
 			p.mu.Lock()
 			p.writing = false
 			p.mu.Unlock()
-			p.kill(err)
+			p.kill(lost(err))
 			return
 		}
 	}
@@ -268,7 +284,7 @@ func (p *pipeConn) read(c *redisCall, deadline time.Time) verdictReply {
 				}
 				return verdictReply{err: context.DeadlineExceeded}
 			}
-			p.kill(err)
+			p.kill(lost(err))
 			return p.finish(c)
 		}
 	}
