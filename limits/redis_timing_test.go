@@ -108,6 +108,19 @@ func runDecisions(b *testing.B, s *redistest.Server, decide func(i int64) error)
 // rueidisGCRA is the decision script for rueidis, the client Toron used before its own.
 var rueidisGCRA = rueidis.NewLuaScript(gcraScript)
 
+// newRueidis is a rueidis client of addr configured as Toron's was before its own client: one
+// pipelined connection, 64 KiB buffers, a 20µs flush delay, no cache and no retries.
+func newRueidis(b *testing.B, addr string) rueidis.Client {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true,
+		DisableRetry: true, ReadBufferEachConn: 64 << 10, WriteBufferEachConn: 64 << 10,
+		PipelineMultiplex: -1, MaxFlushDelay: 20 * time.Microsecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(c.Close)
+	return c
+}
+
 func BenchmarkRedisClient(b *testing.B) {
 	s := redistest.Start(b)
 	args := []string{"1000", "1000000"} // 1000/s, burst 1001: every decision writes
@@ -121,13 +134,7 @@ func BenchmarkRedisClient(b *testing.B) {
 		})
 	})
 	b.Run("rueidis", func(b *testing.B) {
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, DisableCache: true,
-			DisableRetry: true, ReadBufferEachConn: 64 << 10, WriteBufferEachConn: 64 << 10,
-			PipelineMultiplex: -1, MaxFlushDelay: 20 * time.Microsecond})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer c.Close()
+		c := newRueidis(b, s.Addr)
 		runDecisions(b, s, func(i int64) error {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
@@ -192,13 +199,7 @@ func BenchmarkLocalLimiter64(b *testing.B) {
 func BenchmarkRedisPaced(b *testing.B) {
 	s := redistest.Start(b)
 	r := newTestRedis(b, RedisOptions{Addrs: []string{s.Addr}, Timeout: time.Second})
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, DisableCache: true,
-		DisableRetry: true, ReadBufferEachConn: 64 << 10, WriteBufferEachConn: 64 << 10,
-		PipelineMultiplex: -1, MaxFlushDelay: 20 * time.Microsecond})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rc.Close()
+	rc := newRueidis(b, s.Addr)
 	bare, _, err := r.dialNode(s.Addr, false)
 	if err != nil {
 		b.Fatal(err)

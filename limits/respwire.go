@@ -222,13 +222,10 @@ func readValue(br *bufio.Reader, depth int) (respValue, error) {
 			return v, errRedisProtocol
 		}
 	case '$':
-		l, err := strconv.Atoi(body)
-		if err != nil || l < -1 || l > 512<<20 {
-			return v, errRedisProtocol
-		}
-		if l == -1 {
-			v.null = true
-			return v, nil
+		l, err := respCount(body, 512<<20)
+		if err != nil || l < 0 {
+			v.null = l < 0
+			return v, err
 		}
 		buf := make([]byte, l+2)
 		if _, err := readFull(br, buf); err != nil {
@@ -236,13 +233,10 @@ func readValue(br *bufio.Reader, depth int) (respValue, error) {
 		}
 		v.str = string(buf[:l])
 	case '*':
-		c, err := strconv.Atoi(body)
-		if err != nil || c < -1 || c > 1<<20 {
-			return v, errRedisProtocol
-		}
-		if c == -1 {
-			v.null = true
-			return v, nil
+		c, err := respCount(body, 1<<20)
+		if err != nil || c < 0 {
+			v.null = c < 0
+			return v, err
 		}
 		v.arr = make([]respValue, c)
 		for i := range v.arr {
@@ -254,6 +248,15 @@ func readValue(br *bufio.Reader, depth int) (respValue, error) {
 		return v, fmt.Errorf("%w (a reply starting %q)", errRedisProtocol, line[0])
 	}
 	return v, nil
+}
+
+// respCount reads the length of a bulk string or an array, -1 for a null one, at most most.
+func respCount(body string, most int) (int, error) {
+	n, err := strconv.Atoi(body)
+	if err != nil || n < -1 || n > most {
+		return 0, errRedisProtocol
+	}
+	return n, nil
 }
 
 func readFull(br *bufio.Reader, buf []byte) (int, error) {
