@@ -159,6 +159,42 @@ func (t *Template) Literal() (string, bool) {
 	return t.parts[0].Literal, true
 }
 
+// Single returns the placeholder when the template is that one placeholder and nothing else
+// ("{client_ip}"), so that its value can be used as it is, without expanding into a buffer.
+func (t *Template) Single() (Placeholder, bool) {
+	if len(t.parts) == 1 && t.parts[0].Var != 0 {
+		return t.parts[0].Var, true
+	}
+	return 0, false
+}
+
+// Bind returns the template with every p replaced by the literal value, for a placeholder
+// whose value is known at load ({route} of a header rule is the route's name): a template
+// left without placeholders is then a Literal. t is unchanged.
+func (t *Template) Bind(p Placeholder, value string) Template {
+	out := Template{raw: t.raw}
+	var lit strings.Builder
+	flush := func() {
+		if lit.Len() > 0 {
+			out.parts = append(out.parts, templatePart{Literal: lit.String()})
+			lit.Reset()
+		}
+	}
+	for _, part := range t.parts {
+		switch part.Var {
+		case 0:
+			lit.WriteString(part.Literal)
+		case p:
+			lit.WriteString(value)
+		default:
+			flush()
+			out.parts = append(out.parts, part)
+		}
+	}
+	flush()
+	return out
+}
+
 // Uses reports whether the template holds placeholder p.
 func (t *Template) Uses(p Placeholder) bool {
 	for _, part := range t.parts {

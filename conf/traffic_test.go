@@ -226,6 +226,41 @@ func TestTemplate(t *testing.T) {
 	}
 }
 
+// TestTemplateBind: {route} bound at load leaves a literal, or the other placeholders in
+// place; Single names a template that is one placeholder alone.
+func TestTemplateBind(t *testing.T) {
+	for _, c := range []struct {
+		in, want string
+		literal  bool
+		single   Placeholder
+	}{
+		{"{route}", "api", true, 0},
+		{"via {route}/{route}!", "via api/api!", true, 0},
+		{"{client_ip} via {route}", "192.0.2.7 via api", false, 0},
+		{"{client_ip}", "192.0.2.7", false, PlaceholderClientIP},
+		{"{request_id}", "rid-1", false, PlaceholderRequestID},
+		{"plain", "plain", true, 0},
+	} {
+		tm, err := CompileTemplate(c.in, headerPlaceholders)
+		if err != nil {
+			t.Fatalf("%q: %v", c.in, err)
+		}
+		b := tm.Bind(PlaceholderRoute, "api")
+		if got := string(b.Append(nil, sampleValues)); got != c.want {
+			t.Errorf("%q bound: %q, want %q", c.in, got, c.want)
+		}
+		if lit, ok := b.Literal(); ok != c.literal || ok && lit != c.want {
+			t.Errorf("%q bound: Literal %q %v", c.in, lit, ok)
+		}
+		if p, ok := b.Single(); p != c.single || ok != (c.single != 0) {
+			t.Errorf("%q bound: Single %v %v", c.in, p, ok)
+		}
+		if b.String() != c.in { // -check shows the template as written
+			t.Errorf("%q bound: shown as %q", c.in, b.String())
+		}
+	}
+}
+
 func FuzzTemplate(f *testing.F) {
 	for _, s := range []string{"https://{host}{uri}", "{scheme}://{host}/{path}?{query}", "{{x}}", "{", "}{", "{client_ip}", "a{host", "{{{host}}}"} {
 		f.Add(s)

@@ -68,6 +68,7 @@ type exchange struct {
 	reqID   []byte
 	scratch []byte
 	tbuf    []byte // traffic rules' expanded values (traffic.go), reused
+	lines   []byte // request_headers' lines for the upstream request (traffic.go), reused
 	xff     []byte
 
 	upResp *fasthttp.Response

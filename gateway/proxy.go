@@ -84,7 +84,7 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 	// The client gets the upstream's Content-Type or none: fasthttp would report its default
 	// (text/plain) for a response without one, even a 204.
 	resp.Header.SetNoDefaultContentType(true)
-	up.CopyResponseHeaders(&ctx.Response.Header, &resp.Header)
+	up.CopyResponseHeadersExcept(&ctx.Response.Header, &resp.Header, x.responseRemoves()) // SPEC 20: response_headers remove them (traffic.go)
 	ctx.Response.Header.SetStatusCode(resp.StatusCode())
 	ctx.Response.Header.SetCanonical(headerRequestID, x.reqID) // the key is canonical: no copy to normalize it
 	x.status = resp.StatusCode()

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -43,7 +44,12 @@ func newTrafficRules(rc *conf.Route) *trafficRules {
 	if t == nil {
 		return nil
 	}
-	tr := &trafficRules{redirect: t.Redirect, httpsOnly: t.HTTPSOnly, reqHeaders: newHeaderOps(t.RequestHeaders), respHeaders: newHeaderOps(t.ResponseHeaders)}
+	tr := &trafficRules{redirect: t.Redirect, httpsOnly: t.HTTPSOnly, reqHeaders: newHeaderOps(t.RequestHeaders, rc.Name, true, ownRequestHeaders)}
+	if t.CORS != nil {
+		tr.respHeaders = newHeaderOps(t.ResponseHeaders, rc.Name, false, ownResponseHeaders, corsResponseHeader)
+	} else {
+		tr.respHeaders = newHeaderOps(t.ResponseHeaders, rc.Name, false, ownResponseHeaders)
+	}
 	if c := t.CORS; c != nil {
 		cr := &corsRules{
 			anyOrigin:     c.AnyOrigin(),
@@ -218,7 +224,7 @@ func (x *exchange) AppendPlaceholder(dst []byte, p conf.Placeholder) []byte {
 		}
 		return append(dst, "http"...)
 	case conf.PlaceholderClientIP:
-		return x.clientIPOf().AppendTo(dst)
+		return append(dst, x.ipTextOf(x.clientIPOf())...) // the text is made once per connection
 	case conf.PlaceholderRequestID:
 		return append(dst, x.reqID...)
 	case conf.PlaceholderRoute:
@@ -227,51 +233,149 @@ func (x *exchange) AppendPlaceholder(dst []byte, p conf.Placeholder) []byte {
 	return dst
 }
 
-// headerOps are a request_headers or response_headers block compiled for the hot path: each
-// name in canonical form, so that fasthttp's SetCanonical and PeekCanonical skip the copy and
-// normalisation its other setters make per call, and each constant value as bytes, so that
-// only a value with a placeholder is expanded per request.
+// headerOps are a request_headers or response_headers block compiled at load for the hot
+// path (SPEC 20: remove, then set, then add, after Toron's own headers):
+//   - every name in canonical form, so that fasthttp's SetCanonical skips the copy and
+//     normalisation its other setters make per call;
+//   - each value as bytes when it is constant ({route} is: it is bound to the route's name at
+//     load), the per-request value itself when it is one placeholder alone, and a template
+//     expanded per request only otherwise;
+//   - the removed names split into those only the client (or the upstream) can have sent,
+//     dropped while the headers are copied and never deleted afterwards, and those Toron
+//     itself may have set by the time the rules run (own), deleted then;
+//   - on the request, the set and add rules of the names Toron does not write itself become
+//     header lines appended to the request head as it is written (up.Outbound.Extra), the
+//     client's fields of a set name being dropped by the copy: no fasthttp call per rule, and
+//     a request whose lines are all constant appends the bytes rendered at load.
 type headerOps struct {
-	remove   [][]byte // canonical
-	set, add []headerOp
+	skip      [][]byte   // canonical: the names the copy of the headers drops
+	removeOwn [][]byte   // canonical: the removed names Toron sets itself, deleted after the copy
+	set, add  []headerOp // applied to the fasthttp header
+	lines     []lineSeg  // request only: the header lines, in order (the sets, then the adds)
+}
+
+// lineSeg is a piece of the request's header lines: bytes rendered at load (whole constant
+// lines, then "Name: " of a line whose value is made per request), then that value (op, nil
+// for none) and its CRLF.
+type lineSeg struct {
+	lit []byte
+	op  *headerOp
 }
 
 // headerOp is one set or add rule.
 type headerOp struct {
-	name  []byte         // canonical
-	value []byte         // the value, when it holds no placeholder (tmpl nil)
-	tmpl  *conf.Template // the value, expanded per request
+	name   []byte           // canonical
+	value  []byte           // the value, when it is constant (single 0 and tmpl nil)
+	single conf.Placeholder // the value is this placeholder alone (tmpl nil)
+	tmpl   *conf.Template   // the value, expanded per request
 }
 
-// newHeaderOps compiles rules; nil for nil.
-func newHeaderOps(rules *conf.HeaderRules) *headerOps {
+// The names Toron writes itself, before the header rules run, on the request it forwards
+// (prepareRequest, trace.go; the identity headers of SPEC 16 cannot be named) and on the
+// response (proxy); the CORS headers are Toron's too on a route with cors.
+var (
+	ownRequestHeaders  = [][]byte{headerRequestID, hdrTraceparentCanonical, hdrTracestateCanonical}
+	ownResponseHeaders = [][]byte{headerRequestID}
+	corsResponseHeader = [][]byte{hdrVary, hdrACAllowOrigin, hdrACAllowCredentials, hdrACExposeHeaders}
+)
+
+// newHeaderOps compiles rules for the route named route, where own are the names Toron may
+// have set itself before the rules run; lines (the request) renders the rules of the other
+// names as header lines. nil for nil.
+func newHeaderOps(rules *conf.HeaderRules, route string, lines bool, own ...[][]byte) *headerOps {
 	if rules == nil {
 		return nil
 	}
-	ops := &headerOps{set: compileHeaderOps(rules.Set), add: compileHeaderOps(rules.Add)}
+	isOwn := func(name []byte) bool {
+		return slices.ContainsFunc(own, func(list [][]byte) bool { return containsName(list, name) })
+	}
+	ops := &headerOps{}
 	for _, name := range rules.Remove {
-		ops.remove = append(ops.remove, canonicalHeaderName(name))
+		c := canonicalHeaderName(name)
+		ops.skip = append(ops.skip, c)
+		if isOwn(c) {
+			ops.removeOwn = append(ops.removeOwn, c)
+		}
+	}
+	var lit []byte // the constant lines since the last per-request value
+	for k, vals := range [][]conf.HeaderValue{rules.Set, rules.Add} {
+		for i := range vals {
+			op := compileHeaderOp(&vals[i], route)
+			switch {
+			case !lines || isOwn(op.name):
+				if k == 0 {
+					ops.set = append(ops.set, op)
+				} else {
+					ops.add = append(ops.add, op)
+				}
+				continue
+			case k == 0: // a set line replaces the client's fields of the name
+				ops.skip = append(ops.skip, op.name)
+			}
+			if op.value != nil {
+				lit = appendRuleLine(lit, op.name, op.value)
+				continue
+			}
+			lit = append(append(lit, op.name...), ':', ' ')
+			ops.lines = append(ops.lines, lineSeg{lit: lit, op: &op})
+			lit = nil
+		}
+	}
+	if lit != nil {
+		ops.lines = append(ops.lines, lineSeg{lit: lit})
 	}
 	return ops
 }
 
-func compileHeaderOps(vals []conf.HeaderValue) []headerOp {
-	ops := make([]headerOp, 0, len(vals))
-	for i := range vals {
-		op := headerOp{name: canonicalHeaderName(vals[i].Name)}
-		if lit, ok := vals[i].Value.Literal(); ok {
-			op.value = []byte(lit)
-		} else {
-			op.tmpl = &vals[i].Value
-		}
-		ops = append(ops, op)
+func compileHeaderOp(v *conf.HeaderValue, route string) headerOp {
+	op := headerOp{name: canonicalHeaderName(v.Name)}
+	tm := v.Value.Bind(conf.PlaceholderRoute, route)
+	if lit, ok := tm.Literal(); ok {
+		// Never nil: a nil value marks a value made per request. CR and LF cannot be in a
+		// value conf accepted; a route's name is cleaned as every per-request value is.
+		op.value = appendFieldValue(make([]byte, 0, len(lit)), []byte(lit))
+	} else if p, ok := tm.Single(); ok {
+		op.single = p
+	} else {
+		op.tmpl = &tm
 	}
-	return ops
+	return op
 }
 
 // canonicalHeaderName is name as fasthttp stores it ("x-env" is "X-Env").
 func canonicalHeaderName(name string) []byte {
 	return fasthttp.AppendNormalizedHeaderKey(nil, name)
+}
+
+// containsName reports whether names holds the canonical name k.
+func containsName(names [][]byte, k []byte) bool {
+	for _, name := range names {
+		if bytes.Equal(name, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// appendRuleLine appends the header line "name: v", any CR or LF of v made a space (as
+// fasthttp's setters do: a value cannot start a header of its own).
+func appendRuleLine(dst, name, v []byte) []byte {
+	dst = append(append(dst, name...), ':', ' ')
+	return append(appendFieldValue(dst, v), '\r', '\n')
+}
+
+// appendFieldValue appends v with any CR or LF made a space.
+func appendFieldValue(dst, v []byte) []byte {
+	if bytes.IndexByte(v, '\r') < 0 && bytes.IndexByte(v, '\n') < 0 {
+		return append(dst, v...)
+	}
+	for _, c := range v {
+		if c == '\r' || c == '\n' {
+			c = ' '
+		}
+		dst = append(dst, c)
+	}
+	return dst
 }
 
 // headerEditor is what header rules need of a request or response header.
@@ -281,9 +385,10 @@ type headerEditor interface {
 	AddBytesKV(key, value []byte)
 }
 
-// applyHeaderRules applies ops to h: remove, then set, then add (SPEC 20).
+// applyHeaderRules applies the fasthttp part of ops to h, whose copied headers already lack
+// the skipped names: remove (Toron's own headers), then set, then add.
 func (x *exchange) applyHeaderRules(h headerEditor, ops *headerOps) {
-	for _, name := range ops.remove {
+	for _, name := range ops.removeOwn {
 		h.DelBytes(name)
 	}
 	for i := range ops.set {
@@ -296,37 +401,76 @@ func (x *exchange) applyHeaderRules(h headerEditor, ops *headerOps) {
 	}
 }
 
-// headerValue is op's value for this request: the constant, or the template expanded into
-// x.tbuf (valid until the next expansion).
-func (x *exchange) headerValue(op *headerOp) []byte {
-	if op.tmpl == nil {
-		return op.value
+// headerLines renders the lines of ops for this request: the bytes rendered at load when
+// every line is constant, else in x.lines (valid until the next request). A value made of
+// the client's bytes ({host}, a template) has any CR or LF made a space; a client IP or a
+// request id (printable, setRequestID) cannot hold one.
+func (x *exchange) headerLines(ops *headerOps) []byte {
+	switch {
+	case len(ops.lines) == 0:
+		return nil
+	case len(ops.lines) == 1 && ops.lines[0].op == nil:
+		return ops.lines[0].lit
 	}
-	x.tbuf = op.tmpl.Append(x.tbuf[:0], x)
-	return x.tbuf
-}
-
-// removesRequestHeader reports whether the route's request_headers remove the client's header
-// named k (canonical, as fasthttp parsed it), so that prepareRequest does not copy a header
-// only to delete it (a Cookie copied is parsed). applyHeaderRules still removes every name
-// afterwards, for the headers Toron sets itself.
-func (x *exchange) removesRequestHeader(k []byte) bool {
-	t := x.route.traffic
-	if t == nil || t.reqHeaders == nil {
-		return false
-	}
-	for _, name := range t.reqHeaders.remove {
-		if bytes.Equal(name, k) {
-			return true
+	b := x.lines[:0]
+	for i := range ops.lines {
+		seg := &ops.lines[i]
+		b = append(b, seg.lit...)
+		if op := seg.op; op != nil {
+			if v := x.headerValue(op); op.single == conf.PlaceholderClientIP || op.single == conf.PlaceholderRequestID {
+				b = append(b, v...)
+			} else {
+				b = appendFieldValue(b, v)
+			}
+			b = append(b, '\r', '\n')
 		}
 	}
-	return false
+	x.lines = b
+	return b
 }
 
-// applyRequestTraffic edits the request forwarded upstream (after prepareRequest's own headers).
+// headerValue is op's value for this request: the constant, the placeholder's own bytes, or
+// the template expanded into x.tbuf (valid until the next expansion).
+func (x *exchange) headerValue(op *headerOp) []byte {
+	switch {
+	case op.tmpl != nil:
+		x.tbuf = op.tmpl.Append(x.tbuf[:0], x)
+		return x.tbuf
+	case op.single == conf.PlaceholderClientIP:
+		return x.ipTextOf(x.clientIPOf()) // made once per connection
+	case op.single == conf.PlaceholderRequestID:
+		return x.reqID
+	case op.single != 0:
+		x.tbuf = x.AppendPlaceholder(x.tbuf[:0], op.single)
+		return x.tbuf
+	}
+	return op.value
+}
+
+// removesRequestHeader reports whether prepareRequest drops the client's header named k
+// (canonical, as fasthttp parsed it): the route's request_headers remove it, or set it (the
+// line rendered replaces it). A Cookie not copied is not parsed either.
+func (x *exchange) removesRequestHeader(k []byte) bool {
+	t := x.route.traffic
+	return t != nil && t.reqHeaders != nil && containsName(t.reqHeaders.skip, k)
+}
+
+// responseRemoves are the names the route's response_headers remove (canonical), which the
+// copy of the upstream's headers skips; nil without.
+func (x *exchange) responseRemoves() [][]byte {
+	if t := x.route.traffic; t != nil && t.respHeaders != nil {
+		return t.respHeaders.skip
+	}
+	return nil
+}
+
+// applyRequestTraffic edits the request forwarded upstream (after prepareRequest's own
+// headers), and sets the header lines its head is written with (x.out.Extra: nil without).
 func (x *exchange) applyRequestTraffic(out *fasthttp.RequestHeader) {
+	x.out.Extra = nil
 	if t := x.route.traffic; t != nil && t.reqHeaders != nil {
 		x.applyHeaderRules(out, t.reqHeaders)
+		x.out.Extra = x.headerLines(t.reqHeaders)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"toron/internal/testnet"
+	up "toron/upstream"
 )
 
 // TestRedirectRoute: a type: redirect route is answered at routing with its placeholders
@@ -456,25 +457,60 @@ func TestCompressStreamsPauses(t *testing.T) {
 }
 
 // TestTrafficRulesAllocs: header rules and CORS headers, placeholders expanded, add no
-// allocation per request.
+// allocation per request. The removed names (and on the request the set ones) are dropped
+// while the headers are copied (removesRequestHeader, responseRemoves); the request's set and
+// add rules are header lines written with its head (x.out.Extra).
 func TestTrafficRulesAllocs(t *testing.T) {
 	x, ctx := trafficExchange(t)
 	var out fasthttp.RequestHeader
+	var head []byte
 	run := func() {
 		out.Reset()
-		out.Set("Cookie", "a=b")
+		out.SetRequestURI("/api/x")
+		out.Set("Accept", "*/*")
 		x.applyRequestTraffic(&out)
+		head = up.AppendRequestHead(head[:0], &out, x.out.Extra)
 		ctx.Response.Header.Reset()
-		ctx.Response.Header.Set("Server", "legacy")
+		ctx.Response.Header.Set("Content-Type", "application/json")
 		x.applyResponseTraffic(ctx, -1)
 	}
 	run()
-	if string(out.Peek("X-Client")) != "192.0.2.7" || len(out.Peek("Cookie")) != 0 || string(ctx.Response.Header.Peek("X-Route")) != "api" ||
-		string(ctx.Response.Header.Peek("Access-Control-Allow-Origin")) != "https://app.example.com" || len(ctx.Response.Header.Peek("Server")) != 0 {
-		t.Fatalf("rules not applied:\n%s\n%s", out.Header(), ctx.Response.Header.Header())
+	if string(head) != "GET /api/x HTTP/1.1\r\nAccept: */*\r\nX-Client: 192.0.2.7\r\nX-Env: prod\r\n\r\n" || string(ctx.Response.Header.Peek("X-Route")) != "/api" ||
+		string(ctx.Response.Header.Peek("Access-Control-Allow-Origin")) != "https://app.example.com" {
+		t.Fatalf("rules not applied:\n%s\n%s", head, ctx.Response.Header.Header())
+	}
+	if !x.removesRequestHeader([]byte("Cookie")) || !x.removesRequestHeader([]byte("X-Env")) || x.removesRequestHeader([]byte("Accept")) ||
+		len(x.responseRemoves()) != 1 || string(x.responseRemoves()[0]) != "Server" {
+		t.Errorf("removed names: request Cookie %v, response %q", x.removesRequestHeader([]byte("Cookie")), x.responseRemoves())
 	}
 	if allocs := testing.AllocsPerRun(200, run); allocs != 0 {
 		t.Errorf("traffic rules allocate %.1f times per request", allocs)
+	}
+}
+
+// TestHeaderRulesRemoveOwn: a removed name Toron sets itself (X-Request-Id on both sides, the
+// CORS Vary on a route with cors) is removed too, not only the client's and the upstream's
+// (which the copy of the headers skips).
+func TestHeaderRulesRemoveOwn(t *testing.T) {
+	u := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Server", "legacy/1.0")
+		w.Header().Set("Vary", "Accept")
+		w.Header().Set("X-Request-Id", "from-upstream")
+		w.Header().Set("X-Seen", r.Header.Get("X-Request-Id")+"|"+r.Header.Get("Cookie"))
+		w.WriteHeader(200)
+	})
+	gw := startGateway(t, "", upstreamRoute("/api", u.addr, `request_headers: {remove: [x-request-id, Cookie]}
+response_headers: {remove: [X-Request-Id, vary, Server]}
+cors: {allow_origins: ["https://app.example.com"]}`))
+	rr := rawRequest(t, gw.addr, "GET /api/x HTTP/1.1\r\nHost: a\r\nOrigin: https://app.example.com\r\nCookie: a=b\r\nX-Request-Id: rid-7\r\n\r\n")
+	h := rr.Header
+	if rr.StatusCode != 200 || h.Get("X-Seen") != "|" || h.Get("Access-Control-Allow-Origin") != "https://app.example.com" {
+		t.Fatalf("%d %v", rr.StatusCode, h)
+	}
+	for _, k := range []string{"X-Request-Id", "Vary", "Server"} {
+		if v, ok := h[k]; ok {
+			t.Errorf("%s %q not removed", k, v)
+		}
 	}
 }
 
@@ -485,7 +521,7 @@ func trafficExchange(tb testing.TB) (*exchange, *fasthttp.RequestCtx) {
 	ctx := &fasthttp.RequestCtx{}
 	ctx.Request.Header.SetHost("a.example:8080")
 	ctx.Request.Header.Set("Origin", "https://app.example.com")
-	x := &exchange{curCtx: ctx, stats: &routeStats{name: "api"}, route: &route{traffic: newTrafficRules(&cfg.Routes[0])}}
+	x := &exchange{curCtx: ctx, stats: &routeStats{name: cfg.Routes[0].Name}, route: &route{traffic: newTrafficRules(&cfg.Routes[0])}}
 	x.reqID = []byte("rid-1")
 	x.clientIP = netip.MustParseAddr("192.0.2.7")
 	return x, ctx

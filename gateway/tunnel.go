@@ -233,7 +233,11 @@ func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) 
 	req.Header.SetBytesKV(hdrUpgrade, tokenWebSocket)
 	req.Header.SetBytesKV(hdrConnectionName, tokenUpgrade)
 	_ = uc.SetWriteDeadline(time.Now().Add(eff.WriteTimeout))
-	_, err = uc.Write(req.Header.Header())
+	head := req.Header.Header()
+	if len(x.out.Extra) > 0 { // request_headers' lines (traffic.go)
+		head = up.AppendRequestHead(nil, &req.Header, x.out.Extra)
+	}
+	_, err = uc.Write(head)
 	fasthttp.ReleaseRequest(req)
 	if err != nil {
 		g.writeRejection(ctx, x, upstreamRejection(err))

@@ -565,15 +565,16 @@ func TestTunnelCountsInMaxConnections(t *testing.T) {
 	}
 }
 
-// TestTunnelRewrite: a tunnel's handshake is forwarded with the route's rewriting.
+// TestTunnelRewrite: a tunnel's handshake is forwarded with the route's rewriting and its
+// request_headers (written as lines of their own, traffic.go).
 func TestTunnelRewrite(t *testing.T) {
 	up := startWSUpstream(t, nil)
-	tg := startGateway(t, "", wsRoute(up.addr, "strip_prefix: true\nadd_prefix: /socket\n"))
+	tg := startGateway(t, "", wsRoute(up.addr, "strip_prefix: true\nadd_prefix: /socket\nrequest_headers: {set: {X-Env: prod}}\n"))
 	if _, _, r := openTunnel(t, tg.addr, upgradeRequest("/ws/room%2F1?x=%2F")); r.StatusCode != 101 {
 		t.Fatal(r.StatusCode)
 	}
 	head := <-up.heads
-	if !strings.HasPrefix(head, "GET /socket/room%2F1?x=%2F HTTP/1.1\r\n") || headerOf(head, "X-Forwarded-Prefix") != "/ws" {
+	if !strings.HasPrefix(head, "GET /socket/room%2F1?x=%2F HTTP/1.1\r\n") || headerOf(head, "X-Forwarded-Prefix") != "/ws" || headerOf(head, "X-Env") != "prod" {
 		t.Errorf("handshake upstream:\n%s", head)
 	}
 }

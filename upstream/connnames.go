@@ -209,14 +209,28 @@ var hdrContentLength = []byte("Content-Length")
 
 // CopyResponseHeaders copies the upstream's end-to-end response headers to the client response.
 // Content-Length and framing are set by the body that follows.
-func CopyResponseHeaders(dst, src *fasthttp.ResponseHeader) {
+func CopyResponseHeaders(dst, src *fasthttp.ResponseHeader) { CopyResponseHeadersExcept(dst, src, nil) }
+
+// CopyResponseHeadersExcept is CopyResponseHeaders without the headers named in except
+// (canonical names, as fasthttp parses them: "X-Powered-By"), which a route's rules remove:
+// a header not copied need not be deleted afterwards.
+func CopyResponseHeadersExcept(dst, src *fasthttp.ResponseHeader, except [][]byte) {
 	var stack [128]byte
 	named, table := CollectConnNames(stack[:0], src.PeekAll(fasthttp.HeaderConnection))
 	defer ReleaseConnTable(table)
 	for k, v := range src.All() {
-		if IsHopByHop(k) || named.Has(k) || bytes.EqualFold(k, hdrContentLength) {
+		if IsHopByHop(k) || named.Has(k) || bytes.EqualFold(k, hdrContentLength) || excepted(except, k) {
 			continue
 		}
 		dst.AddBytesKV(k, v)
 	}
+}
+
+func excepted(names [][]byte, k []byte) bool {
+	for _, name := range names {
+		if bytes.Equal(name, k) {
+			return true
+		}
+	}
+	return false
 }

@@ -25,6 +25,21 @@ type Outbound struct {
 	Watch *Watch
 	// Observer, when not nil, hears of each attempt on a target (tracing's client spans).
 	Observer AttemptObserver
+	// Extra are header lines ("Name: value\r\n" each, values free of CR and LF) written after
+	// the request's own headers, as they are: a route's header rules rendered once per
+	// request rather than set one by one into the fasthttp header (AppendRequestHead).
+	Extra []byte
+}
+
+// AppendRequestHead appends the request head of h to dst with the header lines extra (see
+// Outbound.Extra) before the blank line that ends it.
+func AppendRequestHead(dst []byte, h *fasthttp.RequestHeader, extra []byte) []byte {
+	dst = h.AppendBytes(dst)
+	if len(extra) == 0 {
+		return dst
+	}
+	dst = append(dst[:len(dst)-2], extra...) // AppendBytes ends with the blank line's CRLF
+	return append(dst, '\r', '\n')
 }
 
 // AttemptObserver hears of each attempt of Forward: AttemptStart once a slot of the target's
@@ -243,7 +258,7 @@ func (c *Conn) writeRequest(out *Outbound, req *fasthttp.Request) error {
 			h.SetContentLength(len(body))
 		}
 	}
-	buf := h.AppendBytes(out.Head[:0])
+	buf := AppendRequestHead(out.Head[:0], h, out.Extra)
 	if len(body) > 0 && len(body) <= headInline {
 		buf = append(buf, body...)
 		body = nil
