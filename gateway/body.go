@@ -325,6 +325,12 @@ type respStream struct {
 	src   io.Reader
 	upErr error
 	enc   streaming.Encoding // the coding the body is compressed with (traffic.go), Identity none
+	// deferEnd: once the upstream body ended, the writes left (a compressed body's last chunk,
+	// then the end of the chunked framing) are the response's last, which the connection
+	// joins into one write made by its next read (clientConn.Write), rather than writing the
+	// chunk at once and the framing's end apart. Set for fasthttp's own writes of a
+	// compressed body.
+	deferEnd bool
 }
 
 func (s *respStream) reset(x *exchange, src io.Reader) {
@@ -332,6 +338,7 @@ func (s *respStream) reset(x *exchange, src io.Reader) {
 	s.src = src
 	s.upErr = nil
 	s.enc = streaming.Identity
+	s.deferEnd = false
 }
 
 // Read implements io.Reader for fasthttp's response writer.
@@ -341,6 +348,9 @@ func (s *respStream) Read(p []byte) (int, error) {
 	switch {
 	case err == io.EOF:
 		s.x.upDone = true
+		if s.deferEnd {
+			s.x.conn.deferResponseEnd()
+		}
 	case err != nil:
 		s.upErr = err
 	}

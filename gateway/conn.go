@@ -278,19 +278,28 @@ func (c *clientConn) Write(p []byte) (int, error) {
 		return c.Conn.Write(p)
 	}
 	if c.raw != nil {
-		if err := c.flushPending(); err != nil {
-			return 0, err
-		}
-		if c.deferNext && len(p) <= clientDeferMax && !c.closed.Load() {
+		b := c.claimPending()
+		if c.deferNext && !c.closed.Load() && (b == nil && len(p) <= clientDeferMax || b != nil && len(*b)+len(p) <= clientDeferMax) {
 			// The response's last write: copied (the caller's buffer is fasthttp's, pooled) and
-			// written by the next read.
+			// written by the next read. A compressed body's last chunk waits already when the
+			// chunked framing's end follows (respStream.Read): this write joins it, so that
+			// the response still leaves in one write.
 			c.deferNext = false
-			b := pendingPool.Get().(*[]byte)
-			*b = append((*b)[:0], p...)
+			if b == nil {
+				b = pendingPool.Get().(*[]byte)
+			}
+			*b = append(*b, p...)
 			c.pending = b
 			c.raw.Pending = *b
 			c.hasPending.Store(true)
 			return len(p), nil
+		}
+		if b != nil {
+			_, err := socket.WriteInWindow(c.Conn, &c.writeWin, *b, nil)
+			releasePending(b)
+			if err != nil {
+				return 0, err
+			}
 		}
 	}
 	return socket.WriteInWindow(c.Conn, &c.writeWin, p, nil)

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -17,15 +18,7 @@ import (
 // the bytes still reach a client that is slow to read, before the socket closes. Nothing of the
 // answered response is lost.
 func TestCloseWithResponseEndWaitingNeverBlocks(t *testing.T) {
-	tg := startGateway(t, "write_timeout: 2s\n", "")
-	client, server := testnet.Pair(t)
-	cc := &clientConn{Conn: server, ln: newListener(nil, tg.g), activeAt: time.Now()}
-	cc.ex()
-	cc.raw = socket.NewRawPath(server, &cc.rawCount)
-	if cc.raw == nil {
-		t.Fatal("no raw path on a TCP socket")
-	}
-	cc.ln.open.Add(1)
+	client, server, cc := rawClientConn(t, "write_timeout: 2s\n")
 
 	// The client reads nothing for now: fill the socket's buffers, as a response body does.
 	var sent bytes.Buffer
@@ -73,5 +66,69 @@ func TestCloseWithResponseEndWaitingNeverBlocks(t *testing.T) {
 	}
 	if !testnet.WaitUntil(5*time.Second, func() bool { return cc.ln.open.Load() == 0 }) {
 		t.Error("the connection was never forgotten by the listener")
+	}
+}
+
+// rawClientConn is the server side of a loopback TCP pair as a gateway's client connection
+// with its raw path (conn.go), on a gateway started with the server lines; client is the
+// other end.
+func rawClientConn(t *testing.T, server string) (client, serverSide net.Conn, cc *clientConn) {
+	t.Helper()
+	tg := startGateway(t, server, "")
+	client, serverSide = testnet.Pair(t)
+	cc = &clientConn{Conn: serverSide, ln: newListener(nil, tg.g), activeAt: time.Now()}
+	cc.ex()
+	cc.raw = socket.NewRawPath(serverSide, &cc.rawCount)
+	if cc.raw == nil {
+		t.Fatal("no raw path on a TCP socket")
+	}
+	cc.ln.open.Add(1)
+	return client, serverSide, cc
+}
+
+// A response's end that comes in several writes once the response is complete (a compressed
+// body's last chunk, then the end of the chunked framing: respStream.deferEnd) is joined into
+// the one write the next read makes; a write that is not the response's end writes what waits
+// first, in order.
+func TestDeferredResponseEndJoinsWrites(t *testing.T) {
+	client, _, cc := rawClientConn(t, "")
+	defer cc.Close()
+	write := func(s string) {
+		t.Helper()
+		if n, err := cc.Write([]byte(s)); err != nil || n != len(s) {
+			t.Fatalf("write %q: %d %v", s, n, err)
+		}
+	}
+	cc.deferResponseEnd()
+	write("chunk|")
+	cc.deferResponseEnd()
+	write("end|")
+	if !cc.hasPending.Load() || cc.rawCount != 0 || string(cc.raw.Pending) != "chunk|end|" {
+		t.Fatalf("pending %v %q, written %d", cc.hasPending.Load(), cc.raw.Pending, cc.rawCount)
+	}
+	// The next request's read writes both, in one write.
+	_, _ = client.Write([]byte("x"))
+	buf := make([]byte, 16)
+	if n, err := cc.Read(buf); err != nil || string(buf[:n]) != "x" {
+		t.Fatalf("read %q %v", buf[:n], err)
+	}
+	if cc.rawCount != int64(len("chunk|end|")) {
+		t.Errorf("the read wrote %d bytes of the joined end", cc.rawCount)
+	}
+	// Not the response's end: what waits goes first.
+	cc.deferResponseEnd()
+	write("tail|")
+	write("next|")
+	if cc.hasPending.Load() {
+		t.Error("a write that is not the response's end left bytes waiting")
+	}
+	_ = client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got := make([]byte, 0, 64)
+	for string(got) != "chunk|end|tail|next|" {
+		n, err := client.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			t.Fatalf("client read %q: %v", got, err)
+		}
 	}
 }

@@ -99,6 +99,7 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
 			g.streamToHTTP10(ctx, x)
 			return // finished by streamToHTTP10's hijack handler
 		}
+		x.rs.deferEnd = x.rs.enc != streaming.Identity
 		ctx.Response.SetBodyStream(&x.rs, cl)
 		return // finished by x.rs.CloseWithError once fasthttp wrote the body
 	}

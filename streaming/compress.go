@@ -198,7 +198,7 @@ func CopyCompressed(dst io.Writer, src io.Reader, e Encoding) (int64, error) {
 			unit := in[:filled]
 			filled = 0
 			encoded = true
-			pause := short || rerr != nil
+			pause := short && rerr == nil
 			switch e {
 			case Zstd:
 				*outp = zstdEncodeAll(unit, *outp)
@@ -214,8 +214,13 @@ func CopyCompressed(dst io.Writer, src io.Reader, e Encoding) (int64, error) {
 					return written, err
 				}
 			}
-			if err := send(pause && rerr == nil); err != nil {
-				return written, err
+			// The last unit (read with io.EOF) is sent with the end of the stream below, in
+			// one write: the response's last (a client connection joins it with the end of
+			// the chunked framing).
+			if rerr != io.EOF {
+				if err := send(pause); err != nil {
+					return written, err
+				}
 			}
 		}
 		if rerr == io.EOF {
