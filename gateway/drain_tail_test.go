@@ -91,8 +91,9 @@ func rawClientConn(t *testing.T, server string) (client, serverSide net.Conn, cc
 // the one write the next read makes; a write that is not the response's end writes what waits
 // first, in order.
 func TestDeferredResponseEndJoinsWrites(t *testing.T) {
-	client, _, cc := rawClientConn(t, "")
+	client, serverSide, cc := rawClientConn(t, "")
 	defer cc.Close()
+	_ = serverSide.SetReadDeadline(time.Now().Add(5 * time.Second)) // a lost wake-up fails, not hangs
 	write := func(s string) {
 		t.Helper()
 		if n, err := cc.Write([]byte(s)); err != nil || n != len(s) {

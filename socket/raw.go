@@ -53,6 +53,9 @@ type RawPath struct {
 	// says it was called during the last WriteRead.
 	Written  func()
 	Released bool
+	// readAfter says a read follows the write at once, without a wait first (the client side:
+	// WriteRead with a claim).
+	readAfter bool
 	// eagain counts reads that found nothing after the wait (spurious wake-ups), for tests.
 	eagain int
 }
@@ -73,6 +76,7 @@ func NewRawPath(c net.Conn, written *int64) *RawPath {
 // nil), then p read; the result is in N, Err and Partial. It returns the wait's own error.
 func (r *RawPath) WriteRead(p []byte, claim *atomic.Bool) error {
 	r.p, r.N, r.Err, r.Partial, r.claim, r.Claimed, r.Released = p, 0, nil, false, claim, false, false
+	r.readAfter = claim != nil
 	err := r.rc.Read(r.fn)
 	r.p, r.claim = nil, nil
 	return err
@@ -106,7 +110,13 @@ func (r *RawPath) readRaw(fd uintptr) bool {
 			r.Released = true
 			r.Written()
 		}
-		return false // written whole: wait for the answer
+		if !r.readAfter {
+			// Written whole: wait for the answer, which cannot have come before its request.
+			return false
+		}
+		// The client side: the next request (a pipelining client's) or the client's FIN may
+		// be in the socket already, its readiness consumed before this RawConn.Read reset it,
+		// so waiting first could wait for an edge that never comes; read now, as any read does.
 	}
 	if r.Partial {
 		return true

@@ -63,6 +63,38 @@ func TestRawPathWritesThenWaitsThenReads(t *testing.T) {
 	}
 }
 
+// On the client side (a claim given) the next request may be in the socket before the response
+// end is written: a pipelining client's, or a client's FIN. Its readiness was consumed by the
+// poller before the raw read reset it (the 20 ms idle lets the poller take the edge), so the path
+// must read at once after the write instead of waiting for an edge that never comes.
+func TestRawPathClientSideReadsWhatCameBefore(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		send func(s net.Conn)
+		want string
+	}{
+		{"pipelined request", func(s net.Conn) { _, _ = s.Write([]byte("GET /2 HTTP/1.1\r\n\r\n")) }, "GET /2 HTTP/1.1\r\n\r\n"},
+		{"half-close", func(s net.Conn) { _ = s.(*net.TCPConn).CloseWrite() }, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, r, _, s := rawPair(t)
+			tc.send(s)
+			time.Sleep(20 * time.Millisecond)
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			var claim atomic.Bool
+			claim.Store(true)
+			r.Pending = []byte("end of the response")
+			p := make([]byte, 64)
+			if err := r.WriteRead(p, &claim); err != nil {
+				t.Fatalf("the read waited for an edge that never came: %v", err)
+			}
+			if string(p[:r.N]) != tc.want || (tc.want == "" && r.Err != io.EOF) {
+				t.Fatalf("read %q, %v; want %q", p[:r.N], r.Err, tc.want)
+			}
+		})
+	}
+}
+
 // A request larger than the socket takes at once is left partly to the caller's Write.
 func TestRawPathPartialWriteIsHandedBack(t *testing.T) {
 	c, r, written, _ := rawPair(t) // the server side never reads
