@@ -25,7 +25,14 @@ type redisTopology struct {
 	single      *redisNode
 	slots       []atomic.Pointer[redisNode] // redisSlots of them, cluster only
 	refreshing  atomic.Bool
-	lastRefresh atomic.Int64 // unix nanoseconds
+	lastRefresh atomic.Int64                    // unix nanoseconds
+	masters     atomic.Pointer[map[string]bool] // the addresses the latest map named
+}
+
+// names reports whether the latest map of the cluster names addr as a master.
+func (t *redisTopology) names(addr string) bool {
+	m := t.masters.Load()
+	return m == nil || (*m)[addr]
 }
 
 // nodeOf returns the node serving the key keyPrefix+keySuffix.
@@ -176,6 +183,13 @@ func (r *Redis) applySlots(t *redisTopology, v respValue, from string) []*redisN
 		for s := max(0, lo); s <= hi && s < redisSlots; s++ {
 			t.slots[s].Store(n)
 		}
+	}
+	if len(masters) > 0 {
+		named := make(map[string]bool, len(masters))
+		for _, n := range masters {
+			named[n.addr] = true
+		}
+		t.masters.Store(&named)
 	}
 	return masters
 }

@@ -84,6 +84,9 @@ func (n *redisNode) install(nc net.Conn) {
 func (n *redisNode) died(c *pipeConn) {
 	if n.conn.CompareAndSwap(c, nil) {
 		n.redial()
+		if t := n.r.topo.Load(); t != nil && t.single == nil {
+			n.r.refreshSlots(t) // a master gone: its slots may have a new one
+		}
 	}
 }
 
@@ -103,15 +106,22 @@ func (n *redisNode) redial() {
 	go n.dialLoop()
 }
 
-// dialLoop dials until a connection is set up (and installed) or the client is closed.
+// dialLoop dials until a connection is set up (and installed), the client is closed, or (in a
+// cluster) the map no longer names the node: a master that failed over is not dialed forever.
 func (n *redisNode) dialLoop() {
 	defer n.r.wg.Done()
-	defer n.dialing.Store(false)
 	for {
+		if t := n.r.topo.Load(); t != nil && t.single == nil && !t.names(n.addr) {
+			n.dialing.Store(false)
+			return
+		}
 		nc, _, err := n.r.dialNode(n.addr, false)
 		if err == nil {
 			n.r.mu.Lock()
 			closed := n.r.closed
+			// Cleared before the connection is installed: if it dies at once, its death
+			// starts the next dial.
+			n.dialing.Store(false)
 			if !closed {
 				n.install(nc)
 			}
@@ -121,10 +131,14 @@ func (n *redisNode) dialLoop() {
 			}
 			return
 		}
+		if t := n.r.topo.Load(); t != nil && t.single == nil {
+			n.r.refreshSlots(t) // a master that does not answer may have been replaced
+		}
 		t := time.NewTimer(redisRedialPause)
 		select {
 		case <-n.r.ctx.Done():
 			t.Stop()
+			n.dialing.Store(false)
 			return
 		case <-t.C:
 		}
@@ -212,8 +226,14 @@ func (r *Redis) run(t *redisTopology, ctx context.Context, deadline time.Time, n
 	verb, src := "EVALSHA", gcraSHA
 	asking := false
 	for tries := 0; tries < 3; tries++ {
-		c := n.ready()
+		var c *pipeConn
+		if n != nil {
+			c = n.ready()
+		}
 		if c == nil {
+			if t.single == nil {
+				r.refreshSlots(t) // the slot's master is unreachable: it may have a new one
+			}
 			return verdictReply{err: ErrRedisReconnecting}
 		}
 		res := c.do(ctx, deadline, now, asking, scriptCmd{verb, src, keyPrefix, keySuffix, args})
@@ -235,6 +255,9 @@ func (r *Redis) run(t *redisTopology, ctx context.Context, deadline time.Time, n
 				t.move(slot, n)
 				r.refreshSlots(t)
 			}
+		case re.prefix("CLUSTERDOWN"), re.prefix("TRYAGAIN"):
+			r.refreshSlots(t) // a failover or a resharding under way
+			return res
 		default:
 			return res
 		}

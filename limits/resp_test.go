@@ -1,15 +1,18 @@
 package limits
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"toron/internal/redistest"
+	"toron/internal/testnet"
 )
 
 // TestParseVerdictStream feeds the reply parser every prefix of a stream of replies: an
@@ -194,5 +197,105 @@ func TestGlobalClusterRedirects(t *testing.T) {
 	}
 	if n, _ := src.Do("CLUSTER", "COUNTKEYSINSLOT", slot); n != ":0" {
 		t.Fatalf("migrating node holds %s keys of the slot, want :0", n)
+	}
+}
+
+// TestGlobalLateCallerLeavesTheConnection: a call whose deadline passed before it was queued (a
+// retry late in its window, a caller descheduled) sends nothing and touches nobody else's call:
+// a call in flight behind a busy Redis (DEBUG SLEEP) still gets its reply, the connection lives.
+func TestGlobalLateCallerLeavesTheConnection(t *testing.T) {
+	s := redistest.Start(t, "--enable-debug-command", "yes")
+	r := newTestRedis(t, RedisOptions{Addrs: []string{s.Addr}, Timeout: 2 * time.Second})
+	args := []string{"1000", "0"}
+	if _, err := r.decide("toron:rl:{/late}:", []byte("warm"), args); err != nil {
+		t.Fatal(err)
+	}
+	p := r.topo.Load().single.conn.Load()
+	slept := make(chan error, 1)
+	go func() { _, err := s.Do("DEBUG", "SLEEP", "0.3"); slept <- err }()
+	time.Sleep(30 * time.Millisecond)
+	inFlight := make(chan error, 1)
+	go func() { _, err := r.decide("toron:rl:{/late}:", []byte("b"), args); inFlight <- err }()
+	time.Sleep(30 * time.Millisecond)
+	past := time.Now().Add(-time.Millisecond)
+	ctx, cancel := context.WithDeadline(context.Background(), past)
+	defer cancel()
+	late := p.do(ctx, past, time.Now().UnixNano(), false, scriptCmd{"EVALSHA", gcraSHA, "toron:rl:{/late}:", []byte("late"), args})
+	if !errors.Is(late.err, context.DeadlineExceeded) {
+		t.Fatalf("late call: %v, want its deadline", late.err)
+	}
+	if err := <-inFlight; err != nil || p.Dead() || r.fails.Load() != 0 {
+		t.Fatalf("the call in flight: %v; connection dead %v (%v); breaker failures %d", err, p.Dead(), p.dead, r.fails.Load())
+	}
+	if err := <-slept; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGlobalManyCallersShortTimeout: 256 callers with a 10 ms timeout on two cores miss many
+// deadlines, and that is all: no connection is killed for it, and every failure is a deadline.
+func TestGlobalManyCallersShortTimeout(t *testing.T) {
+	s := redistest.Start(t)
+	r := newTestRedis(t, RedisOptions{Addrs: []string{s.Addr}, Timeout: 10 * time.Millisecond})
+	node := r.topo.Load().single
+	first := node.conn.Load()
+	var ok, missed atomic.Int64
+	other := make(chan error, 1)
+	var wg sync.WaitGroup
+	end := time.Now().Add(time.Second)
+	for i := range 256 {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				_, err := r.decide("toron:rl:{/many}:", []byte{byte(i), byte(i >> 8)}, []string{"1", "0"})
+				switch {
+				case err == nil:
+					ok.Add(1)
+				case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrRedisSkipped):
+					missed.Add(1)
+					if errors.Is(err, ErrRedisSkipped) {
+						time.Sleep(time.Millisecond) // the breaker's pause: do not spin
+					}
+				default:
+					select {
+					case other <- err:
+					default:
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d decisions from redis, %d missed their 10 ms or were skipped by the breaker", ok.Load(), missed.Load())
+	select {
+	case err := <-other:
+		t.Fatalf("a failure that is not a deadline: %v", err)
+	default:
+	}
+	if node.conn.Load() != first || first.Dead() {
+		t.Fatalf("the connection was replaced (dead: %v)", first.dead)
+	}
+	if ok.Load() == 0 {
+		t.Fatal("no decision came from redis")
+	}
+}
+
+// TestGlobalClusterMasterGone: the map names, for a route's slot, a master that is gone (crashed
+// and replaced by a replica at another address): no MOVED can come from it, so a decision that
+// finds its node unreachable has the map read again, and decisions come from the cluster again.
+func TestGlobalClusterMasterGone(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	in := newInstance(t, RedisOptions{Addrs: cl.Addrs(), Timeout: time.Second}, "/gone", 1000, 1000, OnErrorDeny)
+	topo := in.r.topo.Load()
+	gone := in.r.node(testnet.RefusedAddr(t))
+	topo.slots[keySlot("toron:rl:{/gone}:", nil)].Store(gone)
+	if !testnet.WaitUntil(5*time.Second, func() bool {
+		_, err := in.r.decide("toron:rl:{/gone}:", []byte("0123456789abcdef"), []string{"1000", "0"})
+		return err == nil
+	}) {
+		t.Fatal("decisions of the slot still fail after 5 s: the map was not read again")
+	}
+	// The gone address is no longer in the map: its dials stop.
+	if !testnet.WaitUntil(5*time.Second, func() bool { return !gone.dialing.Load() }) {
+		t.Fatal("the gone master is still being dialed")
 	}
 }

@@ -2,6 +2,7 @@ package limits
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -101,6 +102,7 @@ type pipeConn struct {
 	wbuf    []byte // commands queued and not yet written
 	wspare  []byte // the buffer being written, reused for the next
 	writing bool
+	writer  *redisCall // the call whose goroutine is writing, never handed the reader's role
 	reading bool
 	queue   callQueue // calls awaiting replies, in the order of their commands
 	dead    error     // set once: the connection is closed
@@ -110,11 +112,13 @@ type pipeConn struct {
 	rstart, rend int
 
 	onDead func(*pipeConn) // told once when the connection dies (its node redials)
+	tls    bool            // a TLS connection: a write that timed out cannot be resumed
 }
 
 func newPipeConn(nc net.Conn, onDead func(*pipeConn)) *pipeConn {
+	_, isTLS := nc.(*tls.Conn)
 	return &pipeConn{nc: nc, wbuf: make([]byte, 0, 4096), wspare: make([]byte, 0, 4096),
-		rbuf: make([]byte, redisReadBuffer), onDead: onDead}
+		rbuf: make([]byte, redisReadBuffer), onDead: onDead, tls: isTLS}
 }
 
 // redisReadBuffer is the reader's buffer: a decision's reply is about 12 bytes, so one read
@@ -136,6 +140,11 @@ func (p *pipeConn) Dead() bool {
 // the same deadline, for the wait of a call that is not reading). asking prefixes the command
 // with ASKING (a slot being migrated: Redis Cluster's ASK redirection).
 func (p *pipeConn) do(ctx context.Context, deadline time.Time, now int64, asking bool, cmd scriptCmd) verdictReply {
+	if !time.Now().Before(deadline) {
+		// Out of time before it was queued (a retry late in its window, a caller descheduled):
+		// nothing is sent, and nobody else's call is touched.
+		return verdictReply{err: context.DeadlineExceeded}
+	}
 	c := getCall()
 	c.state = callWaiting
 	c.sent = now
@@ -159,7 +168,7 @@ func (p *pipeConn) do(ctx context.Context, deadline time.Time, now int64, asking
 	p.queue.push(c)
 	write := !p.writing
 	if write {
-		p.writing = true
+		p.writing, p.writer = true, c
 	}
 	read := !p.reading
 	if read {
@@ -169,7 +178,34 @@ func (p *pipeConn) do(ctx context.Context, deadline time.Time, now int64, asking
 	p.mu.Unlock()
 
 	if write {
-		p.flush(deadline)
+		timedOut := p.flush(deadline)
+		p.mu.Lock()
+		switch {
+		case c.state == callReplied:
+			p.mu.Unlock()
+			r := c.reply
+			putCall(c)
+			return r
+		case timedOut:
+			// The write could not go out in time: the call leaves; its command, still queued,
+			// goes out with the next caller's write and its reply is dropped.
+			if c.state == callReading {
+				c.state = callAbandoned
+				p.handOffLocked()
+			} else {
+				c.state = callAbandoned
+			}
+			p.mu.Unlock()
+			return verdictReply{err: context.DeadlineExceeded}
+		case !read && c.state == callWaiting && !p.reading:
+			// Nobody reads (the reader's role skipped this call while it wrote): take it.
+			p.reading = true
+			c.state = callReading
+			read = true
+		case c.state == callReading:
+			read = true
+		}
+		p.mu.Unlock()
 	}
 	if !read {
 		select {
@@ -203,29 +239,50 @@ func (p *pipeConn) do(ctx context.Context, deadline time.Time, now int64, asking
 
 var errRedisBacklog = errors.New("limits: redis connection backlog full")
 
-// flush writes the queued commands, and what is queued meanwhile, then gives up the role.
-func (p *pipeConn) flush(deadline time.Time) {
+// flush writes the queued commands, and what is queued meanwhile, until the writer's deadline,
+// then gives up the role; timedOut says the deadline came first. A plain connection's write that
+// timed out resumes where it stopped in the next write (nothing is lost, the stream stays whole);
+// a TLS connection's cannot be resumed, and another failed write means the connection is lost:
+// both are killed, their calls failing at once.
+func (p *pipeConn) flush(deadline time.Time) (timedOut bool) {
 	for {
 		p.mu.Lock()
 		if len(p.wbuf) == 0 || p.dead != nil {
-			p.writing = false
+			p.writing, p.writer = false, nil
 			p.mu.Unlock()
-			return
+			return false
+		}
+		if !time.Now().Before(deadline) {
+			// What is queued waits for the next caller's write.
+			p.writing, p.writer = false, nil
+			p.mu.Unlock()
+			return true
 		}
 		out := p.wbuf
 		p.wbuf = p.wspare[:0]
 		p.mu.Unlock()
 		_ = p.nc.SetWriteDeadline(deadline)
-		_, err := p.nc.Write(out)
-		p.mu.Lock()
-		p.wspare = out[:0]
-		p.mu.Unlock()
-		if err != nil {
+		n, err := p.nc.Write(out)
+		var ne net.Error
+		switch {
+		case err == nil:
 			p.mu.Lock()
-			p.writing = false
+			p.wspare = out[:0]
 			p.mu.Unlock()
-			p.kill(lost(err))
-			return
+		case !p.tls && errors.As(err, &ne) && ne.Timeout():
+			p.mu.Lock()
+			rest := make([]byte, 0, len(out)-n+len(p.wbuf))
+			rest = append(append(rest, out[n:]...), p.wbuf...)
+			p.wspare, p.wbuf = p.wbuf[:0], rest
+			p.writing, p.writer = false, nil
+			p.mu.Unlock()
+			return true
+		default:
+			p.kill(fmt.Errorf("%w: %w", errRedisConnLost, err))
+			p.mu.Lock()
+			p.writing, p.writer = false, nil
+			p.mu.Unlock()
+			return false
 		}
 	}
 }
@@ -316,7 +373,7 @@ func (p *pipeConn) deliver(self *redisCall, r verdictReply) bool {
 // handOffLocked passes the reader's role to the oldest call still waiting, or gives it up.
 func (p *pipeConn) handOffLocked() {
 	for i := range p.queue.len() {
-		if c := p.queue.at(i); c.state == callWaiting {
+		if c := p.queue.at(i); c.state == callWaiting && c != p.writer {
 			c.state = callReading
 			c.done <- struct{}{}
 			return
