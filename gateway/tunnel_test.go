@@ -699,8 +699,11 @@ func testTunnelStall(t *testing.T, clientStalls, overTLS bool, writeTimeout, idl
 	if wall > idle-time.Second {
 		t.Errorf("the stalled tunnel ended after %s, want write_timeout %s after the stall, well before tunnel_idle_timeout %s", wall, writeTimeout, idle)
 	}
-	if per := cpu / wall.Seconds(); per > 0.15 {
-		t.Errorf("%.3f CPU-s per s while the tunnel stalled, want next to none", per)
+	// A copy loop that retried would spin one core (1 CPU-s per s); what the process spends
+	// meanwhile is the flood filling the socket buffers (encrypted over TLS, under -race):
+	// 0.155 was seen on a fresh machine, so the bound sits between the two.
+	if per := cpu / wall.Seconds(); per > 0.4 {
+		t.Errorf("%.3f CPU-s per s while the tunnel stalled, want far below one spinning core", per)
 	}
 	// Both sides closed: the upstream's connection ends, the client reads its end.
 	if clientStalls {
