@@ -58,8 +58,25 @@ func startDemo(t *testing.T, flag string, env ...string) (*exec.Cmd, io.Reader) 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	t.Cleanup(func() { stopGracefully(cmd) })
 	return cmd, stdout
+}
+
+// stopGracefully stops a demo process with SIGTERM, so that it closes what it started (its
+// upstreams, its redis-server), and kills it when it has not exited within 10 s.
+func stopGracefully(cmd *exec.Cmd) {
+	if cmd.ProcessState != nil {
+		return // waited for already
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _, _ = cmd.Process.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
 }
 
 // exited returns the channel cmd's Wait result arrives on.

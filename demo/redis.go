@@ -58,6 +58,10 @@ func StartRedis() (*Redis, error) {
 	r.cmd = exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
 		"--appendonly", "no", "--daemonize", "no", "--dir", dir, "--logfile", "", "--loglevel", "warning")
 	r.cmd.Dir = dir
+	// The demo's Redis dies with the demo, even one killed with SIGKILL that cannot close it
+	// (Linux's parent-death signal; Go's threads live as long as the process here, as no
+	// goroutine of Toron locks one).
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := r.cmd.Start(); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("demo: start redis-server: %w", err)
