@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 	"toron/internal/redistest"
+	"toron/internal/testnet"
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
@@ -69,20 +70,13 @@ func sampleRedis(tb testing.TB, s *redistest.Server) redisStats {
 	return st
 }
 
-// selfCPU is this process's CPU time so far.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // runDecisions runs b.N decisions from 64 goroutines and reports the figures.
 func runDecisions(b *testing.B, s *redistest.Server, decide func(i int64) error) {
 	b.ReportAllocs()
 	b.SetParallelism(max(1, 64/runtimeProcs()))
 	var seq atomic.Int64
 	var failed atomic.Int64
-	before, cpu0 := sampleRedis(b, s), selfCPU()
+	before, cpu0 := sampleRedis(b, s), testnet.ProcessCPU()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -92,7 +86,7 @@ func runDecisions(b *testing.B, s *redistest.Server, decide func(i int64) error)
 		}
 	})
 	b.StopTimer()
-	cpu1, after := selfCPU(), sampleRedis(b, s)
+	cpu1, after := testnet.ProcessCPU(), sampleRedis(b, s)
 	if failed.Load() > 0 {
 		b.Fatalf("%d decisions failed", failed.Load())
 	}
@@ -179,14 +173,14 @@ func BenchmarkLocalLimiter64(b *testing.B) {
 	b.ReportAllocs()
 	b.SetParallelism(max(1, 64/runtimeProcs()))
 	var seq atomic.Int64
-	cpu0 := selfCPU()
+	cpu0 := testnet.ProcessCPU()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			i := seq.Add(1)
 			l.Allow(IPKey(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})), time.Now())
 		}
 	})
-	b.ReportMetric(float64(selfCPU()-cpu0)/float64(b.N), "client-cpu-ns/op")
+	b.ReportMetric(float64(testnet.ProcessCPU()-cpu0)/float64(b.N), "client-cpu-ns/op")
 }
 
 // BenchmarkRedisPaced is the case of a route at a few thousand requests per second: one caller,
@@ -243,7 +237,7 @@ func BenchmarkRedisPaced(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		for vi, v := range variants {
-			c0, s0 := selfCPU(), ctxSwitches()
+			c0, s0 := testnet.ProcessCPU(), ctxSwitches()
 			next := time.Now()
 			for range perRound {
 				next = next.Add(200 * time.Microsecond)
@@ -254,7 +248,7 @@ func BenchmarkRedisPaced(b *testing.B) {
 					b.Fatalf("%s: %v", v.name, err)
 				}
 			}
-			cpu[vi] = append(cpu[vi], float64(selfCPU()-c0)/perRound)
+			cpu[vi] = append(cpu[vi], float64(testnet.ProcessCPU()-c0)/perRound)
 			csw[vi] = append(csw[vi], float64(ctxSwitches()-s0)/perRound)
 		}
 	}

@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"bytes"
 	"net"
 	"strconv"
 	"strings"
@@ -63,21 +64,12 @@ func (t *redisTopology) move(slot int, n *redisNode) {
 func keySlot(prefix string, suffix []byte) int {
 	var buf [256]byte
 	k := append(append(buf[:0], prefix...), suffix...)
-	if i := bytesIndex(k, '{'); i >= 0 {
-		if j := bytesIndex(k[i+1:], '}'); j > 0 {
+	if i := bytes.IndexByte(k, '{'); i >= 0 {
+		if j := bytes.IndexByte(k[i+1:], '}'); j > 0 {
 			k = k[i+1 : i+1+j]
 		}
 	}
 	return int(crc16(0, k) % redisSlots)
-}
-
-func bytesIndex(b []byte, c byte) int {
-	for i, x := range b {
-		if x == c {
-			return i
-		}
-	}
-	return -1
 }
 
 var crcTable = func() (t [256]uint16) {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 )
 
@@ -228,7 +229,7 @@ func readValue(br *bufio.Reader, depth int) (respValue, error) {
 			return v, err
 		}
 		buf := make([]byte, l+2)
-		if _, err := readFull(br, buf); err != nil {
+		if _, err := io.ReadFull(br, buf); err != nil {
 			return v, err
 		}
 		v.str = string(buf[:l])
@@ -255,18 +256,6 @@ func respCount(body string, most int) (int, error) {
 	n, err := strconv.Atoi(body)
 	if err != nil || n < -1 || n > most {
 		return 0, errRedisProtocol
-	}
-	return n, nil
-}
-
-func readFull(br *bufio.Reader, buf []byte) (int, error) {
-	n := 0
-	for n < len(buf) {
-		m, err := br.Read(buf[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
 	}
 	return n, nil
 }
