@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"toron/internal/testnet"
 )
 
 // BenchmarkToronCPUPaired measures the CPU of the Toron process alone (the real binary; the
@@ -17,8 +19,8 @@ import (
 // rounds: each round sends toronRound requests with one side, then as many with the other (the
 // order alternates), and reads each Toron process's CPU time from the kernel's per-thread
 // accounting (/proc/PID/task/*/schedstat, nanoseconds). cpu-ratio is the median over rounds of
-// the second side's CPU per request over the first's; base-cpu-ns/req and cpu-ns/req are each
-// side's CPU per request over all rounds.
+// the second side's CPU per request over the first's; base-cpu-ns/req and cpu-ns/req are the medians
+// of each side's CPU per request (testnet.PairedCPU).
 //
 //   - traffic-rules: a small GET (with an Origin and a Cookie) to a Toron without traffic rules,
 //     then to one whose route has SPEC 20's header rules and CORS (target: within 3%).
@@ -156,19 +158,22 @@ func keepAliveClient(b *testing.B) *http.Client {
 // measured on its own Toron process.
 func measureToronPaired(b *testing.B, sides [2]toronSide) {
 	const toronRound = 200
-	cpu := func(s toronSide) func() int64 { return func() int64 { return processThreadsCPU(b, s.pid) } }
-	pairedCPU(b, toronRound, [2]func(){sides[0].send, sides[1].send}, [2]func() int64{cpu(sides[0]), cpu(sides[1])})
+	var paired [2]testnet.PairedSide
+	for i, s := range sides {
+		paired[i] = testnet.PairedSide{Send: s.send, CPU: func() time.Duration { return processThreadsCPU(b, s.pid) }}
+	}
+	testnet.PairedCPU(b, toronRound, paired)
 }
 
 // processThreadsCPU is the CPU time, in nanoseconds, that process pid's threads have run: the
 // first field of each /proc/PID/task/TID/schedstat. A thread that ended took its time with it
 // (Go's threads rarely end).
-func processThreadsCPU(b *testing.B, pid int) int64 {
+func processThreadsCPU(b *testing.B, pid int) time.Duration {
 	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
 	if err != nil || len(tasks) == 0 {
 		b.Skipf("no /proc/%d/task/*/schedstat", pid)
 	}
-	var sum int64
+	var sum time.Duration
 	for _, p := range tasks {
 		data, err := os.ReadFile(p)
 		if err != nil {
@@ -179,52 +184,7 @@ func processThreadsCPU(b *testing.B, pid int) int64 {
 		if err != nil {
 			b.Fatalf("%s: %q", p, data)
 		}
-		sum += ns
+		sum += time.Duration(ns)
 	}
 	return sum
-}
-
-// pairedCPU is the paired-rounds measurement of BenchmarkToronCPUPaired (the gateway
-// package's measureCPUPaired reads only the test process's clock): b.N requests with each of
-// two sides, in rounds of round requests, one side's round then the other's (the order
-// alternating), cpu[side] read before and after each (a CPU clock in nanoseconds: the test
-// process's, or another process's). It reports cpu-ratio, the median over rounds of side 1's
-// CPU over side 0's, the rounds, and each side's CPU per request over all rounds
-// (base-cpu-ns/req for side 0, cpu-ns/req for side 1). One round of each, unmeasured, warms
-// the connections first.
-func pairedCPU(b *testing.B, round int, send [2]func(), cpu [2]func() int64) {
-	for _, s := range send {
-		for range round {
-			s()
-		}
-	}
-	var ratios []float64
-	var total [2]int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	for done, r := 0, 0; done < b.N; r++ {
-		var spent [2]int64
-		for k := range 2 {
-			side := (k + r) & 1
-			start := cpu[side]()
-			for range round {
-				send[side]()
-			}
-			spent[side] = cpu[side]() - start
-			total[side] += spent[side]
-		}
-		done += round
-		if spent[0] > 0 {
-			ratios = append(ratios, float64(spent[1])/float64(spent[0]))
-		}
-	}
-	b.StopTimer()
-	if len(ratios) > 0 {
-		slices.Sort(ratios)
-		n := float64(len(ratios) * round)
-		b.ReportMetric(ratios[len(ratios)/2], "cpu-ratio")
-		b.ReportMetric(float64(len(ratios)), "rounds")
-		b.ReportMetric(float64(total[0])/n, "base-cpu-ns/req")
-		b.ReportMetric(float64(total[1])/n, "cpu-ns/req")
-	}
 }
