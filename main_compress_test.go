@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,24 +14,14 @@ import (
 	"toron/internal/testnet"
 )
 
-// rssBytes reads the resident set size of process pid from /proc.
+// rssBytes is testnet.RSSBytes for a test: it skips where /proc cannot tell.
 func rssBytes(t *testing.T, pid int) int64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	n, err := testnet.RSSBytes(pid)
 	if err != nil {
-		t.Skipf("no /proc: %v", err)
+		t.Skipf("no resident set from /proc: %v", err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				t.Fatalf("VmRSS %q: %v", rest, err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatal("no VmRSS")
-	return 0
+	return n
 }
 
 // TestCompressMemoryBound: SPEC 20's memory bound. 1,000 compressed downloads are held in

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -160,31 +158,16 @@ func measureToronPaired(b *testing.B, sides [2]toronSide) {
 	const toronRound = 200
 	var paired [2]testnet.PairedSide
 	for i, s := range sides {
-		paired[i] = testnet.PairedSide{Send: s.send, CPU: func() time.Duration { return processThreadsCPU(b, s.pid) }}
+		paired[i] = testnet.PairedSide{Send: s.send, CPU: func() time.Duration { return threadsCPU(b, s.pid) }}
 	}
 	testnet.PairedCPU(b, toronRound, paired)
 }
 
-// processThreadsCPU is the CPU time, in nanoseconds, that process pid's threads have run: the
-// first field of each /proc/PID/task/TID/schedstat. A thread that ended took its time with it
-// (Go's threads rarely end).
-func processThreadsCPU(b *testing.B, pid int) time.Duration {
-	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
-	if err != nil || len(tasks) == 0 {
-		b.Skipf("no /proc/%d/task/*/schedstat", pid)
+// threadsCPU is testnet.ThreadsCPU for a benchmark: it skips where /proc cannot tell.
+func threadsCPU(b *testing.B, pid int) time.Duration {
+	d, err := testnet.ThreadsCPU(pid)
+	if err != nil {
+		b.Skip(err)
 	}
-	var sum time.Duration
-	for _, p := range tasks {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			continue // the thread ended meanwhile
-		}
-		field, _, _ := strings.Cut(string(data), " ")
-		ns, err := strconv.ParseInt(field, 10, 64)
-		if err != nil {
-			b.Fatalf("%s: %q", p, data)
-		}
-		sum += time.Duration(ns)
-	}
-	return sum
+	return d
 }

@@ -2,13 +2,13 @@ package limits
 
 import (
 	"net/netip"
-	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 // BenchmarkRateLimiterAllow is Allow on an existing key, the common case.
@@ -86,17 +86,8 @@ func BenchmarkRateLimiterMemory(b *testing.B) {
 	}
 }
 
-// rssBytes reads the process's resident set from /proc (Linux); 0 elsewhere.
+// rssBytes is the process's resident set (testnet.RSSBytes); 0 where /proc cannot tell.
 func rssBytes() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	n, _ := testnet.RSSBytes(0)
+	return n
 }
