@@ -20,14 +20,18 @@ fi
 names=$(for pair in $tools; do printf '%s ' "${pair%%:*}"; done)
 
 missing=()
-for pair in $tools; do
-	bin=${pair%%:*}
-	pkg=${pair#*:}
-	if ! command -v "$bin" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$bin" ]; then
-		missing+=("$pkg")
-	fi
-done
+find_missing() {
+	missing=()
+	for pair in $tools; do
+		bin=${pair%%:*}
+		pkg=${pair#*:}
+		if ! command -v "$bin" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$bin" ]; then
+			missing+=("$pkg")
+		fi
+	done
+}
 
+find_missing
 if [ ${#missing[@]} -eq 0 ]; then
 	echo "install-bench-deps: ${names% } installed"
 	exit 0
@@ -36,6 +40,17 @@ fi
 if [ "$(id -u)" -ne 0 ]; then
 	echo "install-bench-deps: missing ${missing[*]}; run as root or: sudo apt-get install -y ${missing[*]}" >&2
 	exit 1
+fi
+
+# Two test runs started at once (two worktrees, say) would race for dpkg's lock and one would
+# fail: installs are serialized by a lock of our own, and what is missing is looked at again
+# once it is held. apt itself waits up to 5 minutes for a lock another apt holds.
+exec 9>/var/lock/toron-install-bench-deps.lock
+flock -w 900 9
+find_missing
+if [ ${#missing[@]} -eq 0 ]; then
+	echo "install-bench-deps: ${names% } installed (by another run meanwhile)"
+	exit 0
 fi
 
 policy=/usr/sbin/policy-rc.d
@@ -52,6 +67,6 @@ trap cleanup EXIT
 
 echo "install-bench-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+apt-get -o DPkg::Lock::Timeout=300 update -qq
+apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "install-bench-deps: installed ${missing[*]}"
