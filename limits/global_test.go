@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 	"toron/internal/redistest"
@@ -434,10 +433,7 @@ func TestGlobalFrozenRedis(t *testing.T) {
 		t.Fatal("no decision from redis before the freeze")
 	}
 	errsBefore := in.errors.Get()
-	if err := s.Process().Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Process().Signal(syscall.SIGCONT)
+	s.Freeze()
 	d := decideConcurrently(in.g, 16, 10, a)
 	// Past the breaker's pause: the probes reconnect to the frozen server.
 	time.Sleep(redisBreakerPause)
@@ -451,9 +447,7 @@ func TestGlobalFrozenRedis(t *testing.T) {
 		t.Fatalf("admitted %d, errors %d, up %v: want the deny verdict %d times and redis down",
 			d.admitted+d2.admitted, in.errors.Get()-errsBefore, in.r.Up(), n)
 	}
-	if err := s.Process().Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
+	s.Thaw()
 	took := waitRecovery(t, in, a)
 	t.Logf("decisions from redis again %s after it ran again", took)
 	if took > maxRecovery {

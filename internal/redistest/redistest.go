@@ -211,8 +211,36 @@ func (s *Server) DoBulk(args ...string) (string, error) {
 	return strings.TrimSuffix(body, "\r\n"), nil
 }
 
-// Process returns the running process (to freeze it with SIGSTOP, or read its /proc entries).
+// Process returns the running process (to read its /proc entries).
 func (s *Server) Process() *os.Process { return s.cmd.Process }
+
+// Freeze stops the process with SIGSTOP: a Redis that hangs mid-run, whose connections stay
+// open and whose port still accepts, but which answers nothing until Thaw. A server still
+// frozen when the test ends is thawed before the cleanups registered earlier run, so that the
+// clients they close do not wait on it.
+func (s *Server) Freeze() {
+	s.t.Helper()
+	s.signal(syscall.SIGSTOP)
+	s.t.Cleanup(func() {
+		if s.cmd != nil && s.cmd.Process != nil {
+			_ = s.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	})
+}
+
+// Thaw lets a frozen server run again (SIGCONT).
+func (s *Server) Thaw() {
+	s.t.Helper()
+	s.signal(syscall.SIGCONT)
+}
+
+// signal sends sig to the process; a failure fails the test.
+func (s *Server) signal(sig os.Signal) {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatalf("redis-server on %s: %v: %v", s.Addr, sig, err)
+	}
+}
 
 // Stop kills the server by its PID and waits for it (idempotent).
 func (s *Server) Stop() {
