@@ -275,15 +275,15 @@ func decideConcurrently(g *GlobalLimiter, callers, each int, a netip.Addr) decis
 	return decisions{n: int64(callers * each), admitted: admitted.Load(), slowest: time.Duration(slowest.Load()), took: time.Since(t0)}
 }
 
-// waitRecovery makes decisions for a every 10 ms until one comes from Redis and reports how long
-// that took, failing the test beyond 5 s.
-func waitRecovery(t *testing.T, in *instance, a netip.Addr) time.Duration {
+// waitRedisDecision makes decisions for a every 5 ms until one comes from Redis (admitted, with
+// the client up) and returns how long that took; beyond 5 s it fails the test, when saying at
+// what point of the test the decision was awaited.
+func waitRedisDecision(t *testing.T, in *instance, a netip.Addr, when string) time.Duration {
 	t.Helper()
-	back := time.Now()
-	if !testnet.WaitUntil(5*time.Second, func() bool { ok, _ := in.g.AllowIP(a, time.Now()); return ok && in.r.Up() }) {
-		t.Fatalf("no decision from redis within 5s of it being back")
-	}
-	return time.Since(back)
+	return testnet.Within(t, "a decision from redis "+when, 5*time.Second, func() bool {
+		ok, _ := in.g.AllowIP(a, time.Now())
+		return ok && in.r.Up()
+	})
 }
 
 // maxRecovery bounds the time from Redis being back to a decision from it: the breaker's pause
@@ -307,9 +307,7 @@ func TestGlobalRedisKilled(t *testing.T) {
 			in.g.local.SetRate(0.001, 2)
 			a := netip.MustParseAddr("203.0.113.9")
 			// Before the kill, decisions from Redis (a busy machine may miss the first timeout).
-			if !testnet.WaitUntil(5*time.Second, func() bool { ok, _ := in.g.AllowIP(a, time.Now()); return ok && in.r.Up() }) {
-				t.Fatal("no decision from redis before the kill")
-			}
+			waitRedisDecision(t, in, a, "before the kill")
 			errs0 := in.errors.Get()
 			s.Stop()
 			d := decideConcurrently(in.g, 16, 20, a)
@@ -330,7 +328,7 @@ func TestGlobalRedisKilled(t *testing.T) {
 			s.Restart()
 			done := make(chan decisions)
 			go func() { done <- decideConcurrently(in.g, 16, 20, netip.MustParseAddr("203.0.113.11")) }()
-			took := waitRecovery(t, in, netip.MustParseAddr("203.0.113.10"))
+			took := waitRedisDecision(t, in, netip.MustParseAddr("203.0.113.10"), "after its restart")
 			d = <-done
 			t.Logf("decisions from redis again %s after it came back; %d decisions meanwhile, slowest %s", took, d.n, d.slowest)
 			if d.slowest > failTimeout+failSlack {
@@ -429,9 +427,7 @@ func TestGlobalFrozenRedis(t *testing.T) {
 	in := newInstance(t, RedisOptions{Addrs: []string{s.Addr}, Timeout: failTimeout}, "/f", 1000, 1000, OnErrorDeny)
 	a := netip.MustParseAddr("192.0.2.50")
 	// Before the freeze, one decision from Redis (a busy machine may miss the first timeout).
-	if !testnet.WaitUntil(5*time.Second, func() bool { ok, _ := in.g.AllowIP(a, time.Now()); return ok && in.r.Up() }) {
-		t.Fatal("no decision from redis before the freeze")
-	}
+	waitRedisDecision(t, in, a, "before the freeze")
 	errsBefore := in.errors.Get()
 	s.Freeze()
 	d := decideConcurrently(in.g, 16, 10, a)
@@ -448,7 +444,7 @@ func TestGlobalFrozenRedis(t *testing.T) {
 			d.admitted+d2.admitted, in.errors.Get()-errsBefore, in.r.Up(), n)
 	}
 	s.Thaw()
-	took := waitRecovery(t, in, a)
+	took := waitRedisDecision(t, in, a, "after it runs again")
 	t.Logf("decisions from redis again %s after it ran again", took)
 	if took > maxRecovery {
 		t.Fatalf("recovery took %s, want within %s", took, maxRecovery)
