@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -152,22 +151,11 @@ func TestBytesPastResponseDoNotPoison(t *testing.T) {
 // TestKeepAliveReusesConnection: a well-behaved upstream's connection carries every request of a
 // sequence (the check that protects against stray bytes does not cost keep-alive).
 func TestKeepAliveReusesConnection(t *testing.T) {
-	var mu sync.Mutex
-	conns := 0
-	addr := startScriptedUpstream(t, func(c net.Conn, br *bufio.Reader) {
-		mu.Lock()
-		conns++
-		mu.Unlock()
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			_, _ = io.Copy(io.Discard, req.Body)
-			answer(c, "ok")
-		}
+	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = io.WriteString(w, "ok")
 	})
-	gw := startGateway(t, "", upstreamRoute("/", addr, ""))
+	gw := startGateway(t, "", upstreamRoute("/", up.addr, ""))
 	c := dialRaw(t, gw.addr)
 	for i := 0; i < 50; i++ {
 		io.WriteString(c, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc")
@@ -175,10 +163,8 @@ func TestKeepAliveReusesConnection(t *testing.T) {
 			t.Fatalf("request %d: %d %q", i, resp.StatusCode, resp.body)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if conns != 1 {
-		t.Errorf("upstream saw %d connections for 50 sequential requests, want 1", conns)
+	if n := up.conns.Load(); n != 1 {
+		t.Errorf("upstream saw %d connections for 50 sequential requests, want 1", n)
 	}
 }
 
