@@ -8,9 +8,10 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 // slowHandler holds each request until release is closed (or the request's delay passes).
@@ -236,20 +237,10 @@ func TestWorkerPoolSaturatedWhileHealthAnswers(t *testing.T) {
 
 func TestIdleConnectionsHoldNoWorker(t *testing.T) {
 	gw, _ := startProxied(t, "worker_pool_size: 8\n", "/api", nil)
-	var conns []net.Conn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
 	// 500 keep-alive connections that made a request and went idle, and some that are still
 	// sending their headers.
 	for i := 0; i < 500; i++ {
-		c, err := net.Dial("tcp", gw.addr)
-		if err != nil {
-			t.Fatalf("dial %d: %v", i, err)
-		}
-		conns = append(conns, c)
+		c := dialRaw(t, gw.addr)
 		if i%5 == 0 {
 			io.WriteString(c, "GET /api/x HTTP/1.1\r\nHost: a\r\nX-Slow: ") // never finished
 			continue
@@ -381,17 +372,7 @@ func TestElevatedRouteKeepsMaxUpstreamConns(t *testing.T) {
 // between requests, and a request whose client left does not hand its aborted connection to
 // the next one.
 func TestElevatedRouteReusesUpstreamConns(t *testing.T) {
-	var slow atomic.Bool
-	up := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		if slow.Load() {
-			select {
-			case <-time.After(10 * time.Second):
-			case <-r.Context().Done():
-				return
-			}
-		}
-		io.WriteString(w, "ok")
-	})
+	up, _ := holdingUpstream(t, func(path string) bool { return path == "/legacy/slow" }, "ok")
 	gw := startGateway(t, "", upstreamRoute("/legacy", up.addr, "max_concurrency: 4\nresponse_header_timeout: 30s"))
 	for i := 0; i < 5; i++ {
 		if s, _, _, err := getStatus(gw.addr, "/legacy/r"); s != 200 || err != nil {
@@ -403,7 +384,6 @@ func TestElevatedRouteReusesUpstreamConns(t *testing.T) {
 	}
 
 	// A client that leaves while the upstream works: its request is aborted...
-	slow.Store(true)
 	c := dialRaw(t, gw.addr)
 	io.WriteString(c, "GET /legacy/slow HTTP/1.1\r\nHost: a\r\n\r\n")
 	up.awaitInflight(1)
@@ -417,7 +397,6 @@ func TestElevatedRouteReusesUpstreamConns(t *testing.T) {
 		t.Fatalf("the abandoned request still holds the bulkhead")
 	}
 	// ...and the next request gets a working connection.
-	slow.Store(false)
 	if s, body, _, err := getStatus(gw.addr, "/legacy/r"); s != 200 || err != nil {
 		t.Fatalf("after an abandoned request: status %d %q, %v", s, body, err)
 	}
@@ -428,20 +407,14 @@ func TestElevatedRouteReusesUpstreamConns(t *testing.T) {
 // sooner than upstream_idle_timeout does not turn the next POST on an elevated route into a
 // 502: a lent connection that sat idle is checked, and redialled when the upstream closed it.
 func TestElevatedRouteDropsStaleUpstreamConns(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{IdleTimeout: 150 * time.Millisecond, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr := testnet.ServeHTTP(t, &http.Server{IdleTimeout: 150 * time.Millisecond, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		if r.URL.Query().Get("slow") != "" {
 			time.Sleep(200 * time.Millisecond)
 		}
 		io.WriteString(w, "ok")
-	})}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	gw := startGateway(t, "", upstreamRoute("/legacy", ln.Addr().String(), "max_concurrency: 4\nresponse_header_timeout: 30s"))
+	})})
+	gw := startGateway(t, "", upstreamRoute("/legacy", addr, "max_concurrency: 4\nresponse_header_timeout: 30s"))
 	// A burst lends four clients at once; afterwards each POST may get any of them.
 	var wg sync.WaitGroup
 	for i := 0; i < 4; i++ {
