@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -232,6 +233,26 @@ type rawResponse struct {
 func dialRaw(t *testing.T, addr string) net.Conn {
 	t.Helper()
 	return testnet.Dial(t, addr)
+}
+
+// refusedAddr is a loopback address where nothing listens.
+func refusedAddr(t *testing.T) string { return testnet.RefusedAddr(t) }
+
+// metricsText is the gateway's metrics as /metrics would serve them.
+func metricsText(g *Gateway) string {
+	var b bytes.Buffer
+	g.Metrics().WritePrometheus(&b)
+	return b.String()
+}
+
+// metricLine returns the value of one metric line of the gateway's set ("" when absent).
+func metricLine(g *Gateway, name string) string {
+	for line := range strings.SplitSeq(metricsText(g), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // headersOnly sends the headers of a POST to path declaring a body of length bytes (with

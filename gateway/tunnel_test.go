@@ -169,18 +169,11 @@ func waitTunnels(t *testing.T, g *Gateway, n int64) {
 	}
 }
 
-func metricsText(t *testing.T, g *Gateway) string {
-	t.Helper()
-	var b bytes.Buffer
-	g.Metrics().WritePrometheus(&b)
-	return b.String()
-}
-
 // waitMetric waits until the metrics hold line.
 func waitMetric(t *testing.T, g *Gateway, line string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(metricsText(t, g), line) {
+	for !strings.Contains(metricsText(g), line) {
 		if time.Now().After(deadline) {
 			t.Errorf("metrics lack %s", line)
 			return
@@ -231,7 +224,7 @@ func TestTunnelEchoMiBByteExact(t *testing.T) {
 	}
 	// Counted once written: the client may read the last bytes a moment before.
 	waitMetric(t, tg.g, `toron_tunnel_bytes_total{route="/ws",direction="to_client"} 1048576`)
-	m := metricsText(t, tg.g)
+	m := metricsText(tg.g)
 	for _, want := range []string{
 		`toron_tunnels_active{route="/ws"} 1`,
 		`toron_tunnel_bytes_total{route="/ws",direction="to_upstream"} 1048576`,
@@ -313,7 +306,7 @@ func TestTunnelsHoldNoWorker(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	m := metricsText(t, tg.g)
+	m := metricsText(tg.g)
 	for _, want := range []string{`toron_tunnels_active{route="/ws"} 40`, `toron_workers_busy 0`, `toron_route_inflight{route="/ws"} 0`} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %s", want)
@@ -342,7 +335,7 @@ func TestTunnelLimit(t *testing.T) {
 	if up.conns.Load() != before {
 		t.Errorf("a refused upgrade reached the upstream")
 	}
-	if m := metricsText(t, tg.g); !strings.Contains(m, `toron_rejected_total{route="/ws",reason="tunnel_limit"} 1`) {
+	if m := metricsText(tg.g); !strings.Contains(m, `toron_rejected_total{route="/ws",reason="tunnel_limit"} 1`) {
 		t.Errorf("no tunnel_limit reject counted")
 	}
 	c1.Close()
@@ -499,7 +492,7 @@ func TestTunnelRefusedByUpstream(t *testing.T) {
 	if err != nil || r2.StatusCode != 200 {
 		t.Errorf("next request: %v %v", r2, err)
 	}
-	if m := metricsText(t, tg.g); !strings.Contains(m, `toron_requests_total{route="/ws",code="403"} 1`) {
+	if m := metricsText(tg.g); !strings.Contains(m, `toron_requests_total{route="/ws",code="403"} 1`) {
 		t.Error("403 not counted")
 	}
 }
