@@ -49,10 +49,7 @@ func TestSteadyUploadLongerThanWindow(t *testing.T) {
 // long after the headers the gateway closed the connection, with what it answered.
 func cutAfter(t *testing.T, addr string, send func(c net.Conn) error) (time.Duration, string) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialRaw(t, addr)
 	defer c.Close()
 	start := time.Now()
 	io.WriteString(c, "POST /up/x HTTP/1.1\r\nHost: a\r\nContent-Length: 1000000\r\n\r\n")
@@ -213,11 +210,7 @@ func TestGatewayTimeout(t *testing.T) {
 // hide a stall. It returns the bytes read and whether the body ended cleanly.
 func slowReadClient(t *testing.T, addr string, size, rcvbuf, chunk int, pause time.Duration) (int, bool) {
 	t.Helper()
-	d := net.Dialer{Control: nil}
-	c, err := d.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialRaw(t, addr)
 	defer c.Close()
 	_ = c.(*net.TCPConn).SetReadBuffer(rcvbuf)
 	fmt.Fprintf(c, "GET /big?size=%d HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", size)
@@ -306,10 +299,7 @@ func TestAbandonedElevatedReportsFreeBulkhead(t *testing.T) {
 	gw := startGateway(t, "", upstreamRoute("/legacy/reports", up.addr, "max_concurrency: 8\nresponse_header_timeout: 60s"))
 	var conns []net.Conn
 	for i := 0; i < 8; i++ {
-		c, err := net.Dial("tcp", gw.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := dialRaw(t, gw.addr)
 		io.WriteString(c, "GET /legacy/reports/q HTTP/1.1\r\nHost: a\r\n\r\n")
 		conns = append(conns, c)
 	}

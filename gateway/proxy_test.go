@@ -308,21 +308,11 @@ func TestBadGatewayOnDialFailures(t *testing.T) {
 	// A port nobody listens on: refused.
 	refused := refusedAddr(t)
 	// An upstream that accepts and closes at once: reset before headers.
-	rl, _ := net.Listen("tcp", "127.0.0.1:0")
-	go func() {
-		for {
-			c, err := rl.Accept()
-			if err != nil {
-				return
-			}
-			resetConn(c)
-		}
-	}()
-	t.Cleanup(func() { rl.Close() })
+	reset := startScriptedUpstream(t, func(c net.Conn, _ *bufio.Reader) { resetConn(c) })
 
 	gw := startGateway(t, "",
 		upstreamRoute("/refused", refused, "")+
-			upstreamRoute("/reset", rl.Addr().String(), "")+
+			upstreamRoute("/reset", reset, "")+
 			upstreamRoute("/slowdial", blackholeAddr(t), "connect_timeout: 200ms"))
 	for _, tc := range []struct{ path, want string }{
 		{"/refused", "502 Bad Gateway: upstream connection refused"},
