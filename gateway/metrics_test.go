@@ -10,7 +10,6 @@ import (
 	"time"
 )
 
-// scrape returns /metrics as a map from series (name{labels}) to value.
 // checkSeries reports every series of want that m lacks or holds with another value.
 func checkSeries(t *testing.T, m, want map[string]float64) {
 	t.Helper()
@@ -26,6 +25,7 @@ func checkSeries(t *testing.T, m, want map[string]float64) {
 	}
 }
 
+// scrape returns /metrics as a map from series (name{labels}) to value.
 func scrape(t *testing.T, addr string) map[string]float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
