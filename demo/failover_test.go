@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 // demoTarget is one entry of a demo route's targets, as TestRoutesYAML decodes it.
@@ -37,11 +39,7 @@ func TestTwoAPIInstances(t *testing.T) {
 func TestFailoverStopsAPI2(t *testing.T) {
 	u := startUpstreams(t)
 	// A keep-alive connection to api-2 that the stop must cut, as a crash would.
-	held, err := net.Dial("tcp", u.API2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Close()
+	held := testnet.Dial(t, u.API2)
 	if _, err := held.Write([]byte("GET /api/x HTTP/1.1\r\nHost: demo\r\n\r\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -79,10 +77,7 @@ func TestFailoverStopsAPI2(t *testing.T) {
 }
 
 func TestPausedListenerResumes(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := testnet.Listen(t)
 	pl := &pausableListener{current: l, addr: l.Addr(), resumed: closedChan()}
 	done := make(chan struct{})
 	accepted := make(chan net.Conn, 1)
@@ -106,6 +101,7 @@ func TestPausedListenerResumes(t *testing.T) {
 		t.Fatal("dial succeeded while paused")
 	}
 	var c net.Conn
+	var err error
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if c, err = net.Dial("tcp", pl.Addr().String()); err == nil {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"toron/internal/testnet"
 )
 
 // clientFrame is a masked client frame (RFC 6455 5.3).
@@ -33,11 +35,7 @@ func clientFrame(op byte, payload []byte) []byte {
 // the accept key of RFC 6455 1.3's example; it returns the connection and its reader.
 func wsHandshake(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := testnet.Dial(t, addr)
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	_, _ = io.WriteString(c, "GET /ws/ HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
 	br := bufio.NewReader(c)
@@ -102,11 +100,7 @@ func TestWSRefusesPlainHTTP(t *testing.T) {
 // The raw mode (the load test's tunnel upstream): the same handshake, then the bytes come back
 // as they were sent, unframed; a request that is no upgrade (a relay's health check) is a 200.
 func TestWSEchoRaw(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := ServeWSEcho(ln, true)
+	e := ServeWSEcho(testnet.Listen(t), true)
 	defer e.Close()
 
 	resp, err := http.Get("http://" + e.Addr() + "/health")
