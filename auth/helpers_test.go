@@ -6,8 +6,6 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"encoding/base64"
-	"encoding/json"
-	"math/big"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -44,31 +42,6 @@ func testKeys(t testing.TB) {
 }
 
 var b64 = base64.RawURLEncoding
-
-// rsaJWK is the public JWK of k under kid.
-func rsaJWK(kid string, k *rsa.PrivateKey) map[string]string {
-	return map[string]string{"kty": "RSA", "kid": kid, "use": "sig",
-		"n": b64.EncodeToString(k.N.Bytes()), "e": b64.EncodeToString(big.NewInt(int64(k.E)).Bytes())}
-}
-
-// ecJWK is the public JWK of k under kid.
-func ecJWK(kid string, k *ecdsa.PrivateKey) map[string]string {
-	pt, err := k.PublicKey.Bytes()
-	if err != nil {
-		panic(err)
-	}
-	return map[string]string{"kty": "EC", "kid": kid, "crv": "P-256",
-		"x": b64.EncodeToString(pt[1:33]), "y": b64.EncodeToString(pt[33:])}
-}
-
-// jwksJSON is the JWK Set of keys.
-func jwksJSON(keys ...map[string]string) []byte {
-	b, err := json.Marshal(map[string]any{"keys": keys})
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
 
 // sign makes a token with method m, key key, header kid and claims c.
 func sign(t testing.TB, m jwt.SigningMethod, kid string, key any, c jwt.MapClaims) string {

@@ -13,13 +13,15 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/valyala/fasthttp"
+
+	"toron/internal/testnet"
 )
 
 // fileJWT is a JWT over a JWKS file holding rsaA as "a" and ecKey as "e".
 func fileJWT(t testing.TB, o JWTOptions) *JWT {
 	t.Helper()
 	testKeys(t)
-	o.JWKSFile = writeFile(t, "jwks.json", jwksJSON(rsaJWK("a", rsaA), ecJWK("e", ecKey)))
+	o.JWKSFile = writeFile(t, "jwks.json", testnet.JWKS(testnet.RSAJWK("a", rsaA), testnet.ECJWK("e", ecKey)))
 	if o.Algorithms == nil {
 		o.Algorithms = []string{"RS256", "ES256"}
 	}
@@ -105,7 +107,7 @@ func TestJWTHMACNeverWithPublicKeyEvenWhenAllowed(t *testing.T) {
 	}
 	// An oct key does verify HS256.
 	secret := []byte(strings.Repeat("k", 32))
-	hs := newJWT(t, JWTOptions{JWKSFile: writeFile(t, "oct.json", jwksJSON(map[string]string{"kty": "oct", "kid": "h", "k": b64.EncodeToString(secret)})),
+	hs := newJWT(t, JWTOptions{JWKSFile: writeFile(t, "oct.json", testnet.JWKS(map[string]string{"kty": "oct", "kid": "h", "k": b64.EncodeToString(secret)})),
 		Algorithms: []string{"HS256"}})
 	if v := hs.Check(bearer(sign(t, jwt.SigningMethodHS256, "h", secret, claims(nil)))); v.Outcome != Pass {
 		t.Errorf("HS256 with its oct key: %v", v)
@@ -115,7 +117,7 @@ func TestJWTHMACNeverWithPublicKeyEvenWhenAllowed(t *testing.T) {
 func TestJWTRefusesNoneInOptions(t *testing.T) {
 	testKeys(t)
 	for _, algs := range [][]string{{"none"}, {"RS256", "None"}, {}, {"XS256"}} {
-		_, err := NewJWT(JWTOptions{JWKSFile: writeFile(t, "k.json", jwksJSON(rsaJWK("a", rsaA))), Algorithms: algs})
+		_, err := NewJWT(JWTOptions{JWKSFile: writeFile(t, "k.json", testnet.JWKS(testnet.RSAJWK("a", rsaA))), Algorithms: algs})
 		if err == nil {
 			t.Errorf("algorithms %q accepted", algs)
 		}
@@ -224,7 +226,7 @@ func (s *jwksServer) set(status int, body []byte) {
 
 func TestJWKSURLRotationAndLastGoodKeys(t *testing.T) {
 	testKeys(t)
-	srv := newJWKSServer(t, jwksJSON(rsaJWK("a", rsaA)))
+	srv := newJWKSServer(t, testnet.JWKS(testnet.RSAJWK("a", rsaA)))
 	var errs atomic.Int64
 	j := newJWT(t, JWTOptions{JWKSURL: srv.URL + "/jwks", Algorithms: []string{"RS256"},
 		UnknownKidInterval: 50 * time.Millisecond, OnError: func(error) { errs.Add(1) }})
@@ -234,7 +236,7 @@ func TestJWKSURLRotationAndLastGoodKeys(t *testing.T) {
 	}
 	// Rotation: the IdP adds key b; the first token signed by it finds kid b unknown, causes a
 	// fetch and waits for it.
-	srv.set(200, jwksJSON(rsaJWK("a", rsaA), rsaJWK("b", rsaB)))
+	srv.set(200, testnet.JWKS(testnet.RSAJWK("a", rsaA), testnet.RSAJWK("b", rsaB)))
 	time.Sleep(60 * time.Millisecond)
 	tokB := sign(t, jwt.SigningMethodRS256, "b", rsaB, claims(nil))
 	if v := j.Check(bearer(tokB)); v.Outcome != Pass {
@@ -271,7 +273,7 @@ func TestJWKSURLDownAtStartThenUp(t *testing.T) {
 	if v := j.Check(bearer(tok)); v.Outcome != Unauthorized {
 		t.Errorf("no keys yet: %v", v)
 	}
-	srv.set(200, jwksJSON(rsaJWK("a", rsaA)))
+	srv.set(200, testnet.JWKS(testnet.RSAJWK("a", rsaA)))
 	time.Sleep(30 * time.Millisecond)
 	if v := j.Check(bearer(tok)); v.Outcome != Pass {
 		t.Errorf("IdP back: %v", v)
@@ -286,7 +288,7 @@ func TestParseJWKSRefusesEmptyAndBroken(t *testing.T) {
 			t.Errorf("%s accepted", doc)
 		}
 	}
-	if n, err := ParseJWKS(jwksJSON(rsaJWK("a", rsaA), ecJWK("e", ecKey), map[string]string{"kty": "RSA", "use": "enc"})); err != nil || n != 2 {
+	if n, err := ParseJWKS(testnet.JWKS(testnet.RSAJWK("a", rsaA), testnet.ECJWK("e", ecKey), map[string]string{"kty": "RSA", "use": "enc"})); err != nil || n != 2 {
 		t.Errorf("good set: %d keys, %v", n, err)
 	}
 }

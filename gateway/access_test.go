@@ -5,7 +5,6 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -42,12 +41,8 @@ func testJWKS(t testing.TB) (string, func(claims jwt.MapClaims) string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pt, _ := key.PublicKey.Bytes()
-	b64 := base64.RawURLEncoding
-	doc, _ := json.Marshal(map[string]any{"keys": []map[string]string{{"kty": "EC", "crv": "P-256", "kid": "k1",
-		"x": b64.EncodeToString(pt[1:33]), "y": b64.EncodeToString(pt[33:])}}})
 	path := filepath.Join(t.TempDir(), "jwks.json")
-	if err := os.WriteFile(path, doc, 0o600); err != nil {
+	if err := os.WriteFile(path, testnet.JWKS(testnet.ECJWK("k1", key)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path, func(c jwt.MapClaims) string {
