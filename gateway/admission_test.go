@@ -31,18 +31,6 @@ func slowHandler(release <-chan struct{}) http.HandlerFunc {
 	}
 }
 
-// getStatus sends one GET with a fresh connection and returns status and body.
-func getStatus(addr, path string) (int, string, http.Header, error) {
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
-	resp, err := c.Get("http://" + addr + path)
-	if err != nil {
-		return 0, "", nil, err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), resp.Header, nil
-}
-
 func TestBulkheadBurstNeverExceeded(t *testing.T) {
 	release := make(chan struct{})
 	up := startUpstream(t, slowHandler(release))
