@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -147,7 +146,7 @@ func TestGlobalRateLimitFrozenRedis(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	const slack = 300 * time.Millisecond // generous: a wait for a dial or a frozen reply is 1 s and more
 	s := redistest.Start(t)
-	addr, proc := s.Addr, s.Process()
+	addr := s.Addr
 	up := startUpstream(t, nil)
 	gw := startGateway(t, "redis: {addrs: [\""+addr+"\"], timeout: 50ms}\n",
 		upstreamRoute("/g", up.addr, "rate_limit: {requests_per_second: 1000000, scope: global, on_error: deny}")+
@@ -168,10 +167,7 @@ func TestGlobalRateLimitFrozenRedis(t *testing.T) {
 	if !testnet.WaitUntil(5*time.Second, func() bool { code, _, _, _ := get("/g/x"); return code == 200 }) {
 		t.Fatal("the global route is not decided by redis before the freeze")
 	}
-	if err := proc.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	defer proc.Signal(syscall.SIGCONT)
+	s.Freeze()
 	m0 := scrape(t, gw.addr)
 	var mu sync.Mutex
 	var slowest = map[string]time.Duration{}
@@ -212,9 +208,7 @@ func TestGlobalRateLimitFrozenRedis(t *testing.T) {
 	if n := m[errKey] - m0[errKey]; m[`toron_redis_up`] != 0 || n != 8*25 {
 		t.Errorf("redis_up %v, backend errors %v: want 0 and %d", m[`toron_redis_up`], n, 8*25)
 	}
-	if err := proc.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
+	s.Thaw()
 	back := time.Now()
 	if !testnet.WaitUntil(5*time.Second, func() bool { code, _, _, _ := get("/g/x"); return code == 200 }) {
 		t.Fatal("the global route is not decided by redis within 5s of it running again")
