@@ -136,3 +136,20 @@ func (o options) subdir(name string) (string, error) {
 	}
 	return dir, nil
 }
+
+// serveUpstream serves the upstream alone until SIGINT, SIGTERM or -lifetime.
+func serveUpstream(o options) error {
+	up, err := StartUpstream(o.listen)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("loadtest upstream listening on %s (pid %d)\n", up.URL(), os.Getpid())
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	select {
+	case <-sig:
+	case <-time.After(o.lifetime):
+		fmt.Fprintf(os.Stderr, "loadtest upstream: -lifetime %s passed, exiting\n", o.lifetime)
+	}
+	return up.Close()
+}

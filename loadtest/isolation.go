@@ -2,11 +2,13 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
@@ -25,8 +27,6 @@ const (
 	// isolationRounds is the default number of rounds: with 9 paired values the bootstrap
 	// interval of their median excludes one or two disturbed rounds.
 	isolationRounds = 9
-	// clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat (100 on Linux).
-	clockTicks = 100
 	// holdDelay is how long a slot holder asks the upstream to wait: it is released at the end
 	// of its phase (Upstream.ReleaseReports), this only bounds a holder whose release was lost.
 	holdDelay = 5 * time.Minute
@@ -269,14 +269,6 @@ func isolation(o options) error {
 	return isolationReport(o, peers, rss, rejects, otherMax, stealMax, otherRounds, runErr)
 }
 
-// ratioOf is a/b, 0 when b is not positive.
-func ratioOf(a, b float64) float64 {
-	if b <= 0 {
-		return 0
-	}
-	return a / b
-}
-
 // isoFigures are one peer's statistics over the rounds.
 type isoFigures struct {
 	p99, rate, cpu Estimate // per-round flood / idle
@@ -295,14 +287,6 @@ func (p *isoPeer) figures() isoFigures {
 		cpu:  medianCI(pairedRatios(p.cpuIdle, p.cpuFlood)),
 		rows: rows,
 	}
-}
-
-// lossText renders a throughput ratio estimate as a change in percent, such as "-3.1% [-5.0, -1.2]".
-func lossText(e Estimate) string {
-	if e.N == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%+.1f%% [%+.1f, %+.1f]", 100*(e.Median-1), 100*(e.Lo-1), 100*(e.Hi-1))
 }
 
 // isolationReport prints and writes the comparison, the per-peer rows and the verdict.
@@ -406,24 +390,68 @@ func isolationReport(o options, peers []*isoPeer, rss []int64, rejects []string,
 	return firstErr(runErr, missed)
 }
 
-// floatList prints values comma-separated with format f.
-func floatList(xs []float64, f string) string {
-	parts := make([]string, len(xs))
-	for i, v := range xs {
-		parts[i] = fmt.Sprintf(f, v)
+// rejectOnce makes one request on a new connection and returns its status and Retry-After
+// header (0 and "" when it failed).
+func rejectOnce(url string) (int, string) {
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, ""
 	}
-	return strings.Join(parts, ",")
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("Retry-After")
 }
 
-// loadAverage is the first three fields of /proc/loadavg, "?" when unknown.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
+// slotsFree reports whether n report calls of 100 ms at once, each on its own connection, all
+// get 200: then none of n slots is still held.
+func slotsFree(base string, n int) bool {
+	wait := holdReports(base, n, 100*time.Millisecond)
+	for _, r := range wait() {
+		if r.Code != http.StatusOK || r.Error != "" {
+			return false
+		}
 	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
+	return true
+}
+
+// holdReports starts n slow report calls, each on its own connection; wait returns their results.
+func holdReports(base string, n int, delay time.Duration) (wait func() []vegeta.Result) {
+	out := make([]vegeta.Result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			url := base + "/legacy/reports?delay=" + delay.String()
+			client := &http.Client{Timeout: delay + 30*time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+			r := vegeta.Result{Attack: "holder", Seq: uint64(i), Method: http.MethodGet, URL: url, Timestamp: time.Now()}
+			resp, err := client.Get(url)
+			if err == nil {
+				b, rerr := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				r.Code, r.BytesIn, err = uint16(resp.StatusCode), uint64(len(b)), rerr
+				if err == nil && (r.Code < 200 || r.Code >= 400) {
+					r.Error = resp.Status
+				}
+			}
+			r.Latency = time.Since(r.Timestamp)
+			if err != nil {
+				r.Error = errorText(err)
+			}
+			out[i] = r
+		})
 	}
-	return strings.Join(f[:3], " ")
+	return func() []vegeta.Result {
+		wg.Wait()
+		return out
+	}
+}
+
+// inflightZero reports whether the route's in-flight gauge reads 0.
+func inflightZero(gw *Toron, route string) bool {
+	for _, l := range gw.Metrics("toron_route_inflight") {
+		if strings.Contains(l, `route="`+route+`"`) {
+			return strings.HasSuffix(l, " 0")
+		}
+	}
+	return false
 }

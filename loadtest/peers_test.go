@@ -1,14 +1,11 @@
 package main
 
 import (
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 // peerTests is each reference peer as the tests fill its configuration and check it: want is
@@ -121,97 +118,5 @@ func TestPeerConfigPassesCheck(t *testing.T) {
 				t.Fatalf("%s refused the filled configuration: %v\n%s", tc.peer, err, out)
 			}
 		})
-	}
-}
-
-// TestK6ScriptsParse checks the syntax of every k6 script with node: k6 cannot be installed
-// here, and its scripts are ES modules (import http from 'k6/http'), which node checks as
-// such only with the .mjs extension. The imports are not resolved, only parsed.
-func TestK6ScriptsParse(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed: cannot check the k6 scripts")
-	}
-	scripts, err := filepath.Glob(filepath.Join("k6", "*.js"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, s := range scripts {
-		names = append(names, strings.TrimSuffix(filepath.Base(s), ".js"))
-	}
-	for _, want := range []string{"small-get", "upload", "isolation", "slow-client"} {
-		if !slices.Contains(names, want) {
-			t.Errorf("no k6 script for the %s scenario", want)
-		}
-	}
-	dir := t.TempDir()
-	for _, s := range scripts {
-		src, err := os.ReadFile(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(string(src), "from 'k6/http'") {
-			t.Errorf("%s does not import k6/http", s)
-		}
-		mjs := filepath.Join(dir, filepath.Base(s)+".mjs")
-		if err := os.WriteFile(mjs, src, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if out, err := exec.Command(node, "--check", mjs).CombinedOutput(); err != nil {
-			t.Errorf("%s: node --check: %v\n%s", s, err, out)
-		}
-	}
-}
-
-func TestChildPIDsFindsAChild(t *testing.T) {
-	cmd := exec.Command("sleep", "5")
-	if err := cmd.Start(); err != nil {
-		t.Skip("cannot start sleep:", err)
-	}
-	defer func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}()
-	if kids := childPIDs(os.Getpid()); !slices.Contains(kids, cmd.Process.Pid) {
-		t.Fatalf("childPIDs(%d) = %v, lacks %d", os.Getpid(), kids, cmd.Process.Pid)
-	}
-}
-
-func TestSlotsFreeAndRejectOnce(t *testing.T) {
-	up := startUpstream(t)
-	start := time.Now()
-	if !slotsFree(up.URL(), 3) {
-		t.Fatal("slotsFree: 3 calls to an upstream without a limit did not all get 200")
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("slotsFree took %s, want about 100 ms", d)
-	}
-	if code, ra := rejectOnce(up.URL() + "/legacy/reports?delay=1ms"); code != http.StatusOK || ra != "" {
-		t.Errorf("rejectOnce = %d, %q; want 200 without Retry-After", code, ra)
-	}
-	if code, _ := rejectOnce("http://127.0.0.1:1/"); code != 0 {
-		t.Errorf("rejectOnce to a closed port = %d, want 0", code)
-	}
-}
-
-func TestOtherCPU(t *testing.T) {
-	from := cpuSample{busy: 1000, steal: 10, total: 4000, ours: 300}
-	// 400 ticks of the machine passed: 200 busy, of which ours 150; 20 stolen.
-	to := cpuSample{busy: 1200, steal: 30, total: 4400, ours: 450}
-	other, steal := otherCPU(from, to)
-	if other != 12.5 || steal != 5 {
-		t.Errorf("otherCPU = %.2f%%, steal %.2f%%; want 12.5%%, 5%%", other, steal)
-	}
-	// Our processes' counters may run ahead of the machine's by a tick: never below 0.
-	if other, _ := otherCPU(from, cpuSample{busy: 1010, total: 4100, ours: 320}); other != 0 {
-		t.Errorf("otherCPU = %.2f%%, want 0", other)
-	}
-	if other, steal := otherCPU(from, from); other != 0 || steal != 0 {
-		t.Errorf("otherCPU over no time = %.2f, %.2f; want 0, 0", other, steal)
-	}
-	s := sampleCPU()
-	if s.total <= 0 || s.busy <= 0 {
-		t.Errorf("sampleCPU() = %+v: no machine counters read from /proc/stat", s)
 	}
 }

@@ -78,6 +78,9 @@ func otherCPU(from, to cpuSample) (other, steal float64) {
 	return max(0, other), 100 * float64(to.steal-from.steal) / total
 }
 
+// clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat (100 on Linux).
+const clockTicks = 100
+
 // procTicks is utime + stime of a process (all its threads), 0 when unknown.
 func procTicks(pid int) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -96,4 +99,46 @@ func procTicks(pid int) int64 {
 	u, _ := strconv.ParseInt(f[11], 10, 64)
 	s, _ := strconv.ParseInt(f[12], 10, 64)
 	return u + s
+}
+
+// disturbedCPU is the share of the machine taken by other processes above which a phase's
+// latencies say more about them than about the server.
+const disturbedCPU = 10
+
+func disturbedText(otherMax float64) string {
+	if otherMax > disturbedCPU {
+		return fmt.Sprintf(" (WARNING: above %d%%, the rounds were disturbed: the p99 values measure the other processes too; rerun on a quiet machine)", disturbedCPU)
+	}
+	return ""
+}
+
+// loadAverage is the first three fields of /proc/loadavg, "?" when unknown.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// procStatusBytes reads a "kB" field of /proc/PID/status.
+func procStatusBytes(pid int, field string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, field); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
 }

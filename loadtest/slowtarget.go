@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -379,19 +378,6 @@ func recoveryTime(gw *Toron, load func(name, base string) Load, targets []*servi
 	close(stop)
 	<-done
 	return result
-}
-
-// metricSum adds the values of metric lines (from Toron.Metrics).
-func metricSum(lines []string) float64 {
-	var sum float64
-	for _, l := range lines {
-		if i := strings.LastIndexByte(l, ' '); i >= 0 {
-			if v, err := strconv.ParseFloat(l[i+1:], 64); err == nil {
-				sum += v
-			}
-		}
-	}
-	return sum
 }
 
 // rateText describes a load: a fixed rate, or as fast as the connections allow.

@@ -97,3 +97,19 @@ func pairedRatios(a, b []float64) []float64 {
 	}
 	return out
 }
+
+// ratioOf is a/b, 0 when b is not positive.
+func ratioOf(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
+}
+
+// lossText renders a throughput ratio estimate as a change in percent, such as "-3.1% [-5.0, -1.2]".
+func lossText(e Estimate) string {
+	if e.N == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%+.1f%% [%+.1f, %+.1f]", 100*(e.Median-1), 100*(e.Lo-1), 100*(e.Hi-1))
+}

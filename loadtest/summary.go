@@ -244,3 +244,26 @@ func SummarizeRounds(name string, rounds [][]vegeta.Result) Summary {
 	}
 	return s
 }
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// msText prints nanoseconds as milliseconds with three decimals.
+func msText(ns float64) string { return strconv.FormatFloat(ns/1e6, 'f', 3, 64) }
+
+// msList prints nanosecond values as comma-separated milliseconds.
+func msList(ns []float64) string {
+	parts := make([]string, len(ns))
+	for i, v := range ns {
+		parts[i] = msText(v)
+	}
+	return strings.Join(parts, ",")
+}
+
+// floatList prints values comma-separated with format f.
+func floatList(xs []float64, f string) string {
+	parts := make([]string, len(xs))
+	for i, v := range xs {
+		parts[i] = fmt.Sprintf(f, v)
+	}
+	return strings.Join(parts, ",")
+}

@@ -370,24 +370,6 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// procStatusBytes reads a "kB" field of /proc/PID/status.
-func procStatusBytes(pid int, field string) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, field); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				return 0
-			}
-			return kb << 10
-		}
-	}
-	return 0
-}
-
 // tail returns the last n lines of a file.
 func tail(path string, n int) string {
 	b, err := os.ReadFile(path)
@@ -396,4 +378,17 @@ func tail(path string, n int) string {
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// metricSum adds the values of metric lines (from Toron.Metrics).
+func metricSum(lines []string) float64 {
+	var sum float64
+	for _, l := range lines {
+		if i := strings.LastIndexByte(l, ' '); i >= 0 {
+			if v, err := strconv.ParseFloat(l[i+1:], 64); err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum
 }
