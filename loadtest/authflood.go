@@ -82,9 +82,9 @@ func authFlood(o options) error {
 	if o.target != "" {
 		return fmt.Errorf("loadtest: auth-flood starts its own gateway (it writes the users file); -target is not supported")
 	}
-	dir := filepath.Join(o.out, o.scenario+"-toron")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("loadtest: cannot create %s: %w", dir, err)
+	dir, err := o.toronDir()
+	if err != nil {
+		return err
 	}
 	hash, err := bcrypt.GenerateFromPassword([]byte(authFloodPassword), authFloodCost)
 	if err != nil {

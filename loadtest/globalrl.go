@@ -172,14 +172,7 @@ func globalRL(o options) error {
 		redisPerOp float64 // seconds of Redis CPU per decision
 		backendErr float64 // decisions Redis did not give in time (on_error decided them)
 	}
-	backendErrors := func() float64 {
-		var n float64
-		for _, line := range gw.Metrics("toron_ratelimit_backend_errors_total") {
-			f, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-			n += f
-		}
-		return n
-	}
+	backendErrors := func() float64 { return metricSum(gw.Metrics("toron_ratelimit_backend_errors_total")) }
 	run := func(path string) phase {
 		before, _ := rs.info()
 		errs0 := backendErrors()
@@ -249,22 +242,17 @@ func globalRL(o options) error {
 	rss := gw.PeakRSSBytes()
 	stopErr := gw.Stop()
 
-	med := func(v []float64) float64 {
-		s := slices.Clone(v)
-		slices.Sort(s)
-		return s[len(s)/2]
-	}
 	notes = append(notes,
 		fmt.Sprintf("medians of %d rounds: Toron CPU/request local %.1f µs, global %.1f µs, ratio %.2f; added p50 %.3f ms, p99 %.3f ms; Redis CPU/decision %.1f µs; Toron peak RSS %s",
-			o.rounds, med(localCPU)*1e6, med(globalCPU)*1e6, med(cpuRatios), med(p50Added)/1e6, med(p99Added)/1e6, med(redisCPU)*1e6, mib(rss)),
+			o.rounds, median(localCPU)*1e6, median(globalCPU)*1e6, median(cpuRatios), median(p50Added)/1e6, median(p99Added)/1e6, median(redisCPU)*1e6, mib(rss)),
 		fmt.Sprintf("p99 between rounds: direct to the upstream %.3f-%.3f ms, local route %.3f-%.3f ms (the spread the added p99 is read against)",
 			slices.Min(directP99)/1e6, slices.Max(directP99)/1e6, slices.Min(localP99)/1e6, slices.Max(localP99)/1e6),
 		"backend errors: "+strings.Join(metricsLines, "; "))
 	rows := summarizeAll(series)
 	checks = append(checks, []check{
-		{fmt.Sprintf("Toron CPU per request, global / local: %.2f (target <= 1.3)", med(cpuRatios)), med(cpuRatios) <= 1.3},
-		{fmt.Sprintf("added p50: %.3f ms (target <= 0.3 ms)", med(p50Added)/1e6), med(p50Added) <= 0.3e6},
-		{fmt.Sprintf("added p99: %.3f ms (target <= 1 ms)", med(p99Added)/1e6), med(p99Added) <= 1e6},
+		{fmt.Sprintf("Toron CPU per request, global / local: %.2f (target <= 1.3)", median(cpuRatios)), median(cpuRatios) <= 1.3},
+		{fmt.Sprintf("added p50: %.3f ms (target <= 0.3 ms)", median(p50Added)/1e6), median(p50Added) <= 0.3e6},
+		{fmt.Sprintf("added p99: %.3f ms (target <= 1 ms)", median(p99Added)/1e6), median(p99Added) <= 1e6},
 	}...)
 	for _, r := range rows {
 		checks = append(checks, check{fmt.Sprintf("%s: no errors (%s)", r.Name, r.ErrorsText()), len(r.Errors) == 0})

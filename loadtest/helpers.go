@@ -144,12 +144,6 @@ func serveUpstream(o options) error {
 		return err
 	}
 	fmt.Printf("loadtest upstream listening on %s (pid %d)\n", up.URL(), os.Getpid())
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	select {
-	case <-sig:
-	case <-time.After(o.lifetime):
-		fmt.Fprintf(os.Stderr, "loadtest upstream: -lifetime %s passed, exiting\n", o.lifetime)
-	}
+	_ = waitStop(nil, o.lifetime) // a signal or the lifetime: nothing else ends it
 	return up.Close()
 }

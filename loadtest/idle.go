@@ -42,7 +42,7 @@ func idleConns(o options) error {
 	}
 	path := strings.Split(o.paths, ",")[0]
 	req := []byte("GET " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nUser-Agent: toron-loadtest-idle\r\n\r\n")
-	before := treeRSSKiB(o.pid)
+	before := treeStatusBytes(o.pid, "VmRSS:") / 1024
 	conns := make([]net.Conn, 0, o.connections)
 	defer func() {
 		for _, c := range conns {
@@ -87,7 +87,7 @@ func idleConns(o options) error {
 		}
 	}
 	time.Sleep(o.duration)
-	after := treeRSSKiB(o.pid)
+	after := treeStatusBytes(o.pid, "VmRSS:") / 1024
 	// The connections must still be open: a server that closed them would look cheap.
 	open := 0
 	for _, c := range conns {
@@ -130,15 +130,6 @@ func oneGET(c net.Conn, req []byte) error {
 		return fmt.Errorf("%d bytes past the answer", br.Buffered())
 	}
 	return nil
-}
-
-// treeRSSKiB is the summed VmRSS of pid and its direct children, in KiB.
-func treeRSSKiB(pid int) int64 {
-	sum := procStatusBytes(pid, "VmRSS:")
-	for _, c := range childPIDs(pid) {
-		sum += procStatusBytes(c, "VmRSS:")
-	}
-	return sum / 1024
 }
 
 // serveBareServer is the bare-server helper scenario: a fasthttp Server that answers every

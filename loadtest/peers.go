@@ -136,11 +136,7 @@ func StartNginx(binary, dir, upstream string, bulkhead int) (*Nginx, error) {
 
 // PeakRSSBytes is the VmHWM of the master and its worker, summed; 0 when unknown.
 func (n *Nginx) PeakRSSBytes() int64 {
-	sum := procStatusBytes(n.PID(), "VmHWM:")
-	for _, pid := range childPIDs(n.PID()) {
-		sum += procStatusBytes(pid, "VmHWM:")
-	}
-	return sum
+	return treeStatusBytes(n.PID(), "VmHWM:")
 }
 
 // copyFile copies a small file, best effort (a log kept for reading after the run).

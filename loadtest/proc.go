@@ -142,3 +142,13 @@ func procStatusBytes(pid int, field string) int64 {
 	}
 	return 0
 }
+
+// treeStatusBytes sums a "kB" field of /proc/PID/status over pid and its direct children (a
+// server's master and its workers).
+func treeStatusBytes(pid int, field string) int64 {
+	sum := procStatusBytes(pid, field)
+	for _, c := range childPIDs(pid) {
+		sum += procStatusBytes(c, field)
+	}
+	return sum
+}

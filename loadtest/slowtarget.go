@@ -158,24 +158,25 @@ func slowTarget(o options) error {
 		targets = append(targets, t)
 	}
 	slowOne := targets[2]
-	dirOf := func(balance string) string { return filepath.Join(o.out, "slow-target-"+balance) }
-	start := func(balance string) (*Toron, error) {
-		if err := os.MkdirAll(dirOf(balance), 0o755); err != nil {
-			return nil, err
+	start := func(balance string) (*Toron, string, error) {
+		dir, err := o.subdir("slow-target-" + balance)
+		if err != nil {
+			return nil, "", err
 		}
-		return StartToronRoutes(o.toron, dirOf(balance), slowTargetRoutes(balance, targets))
+		gw, err := StartToronRoutes(o.toron, dir, slowTargetRoutes(balance, targets))
+		return gw, dir, err
 	}
-	p2c, err := start("p2c")
+	p2c, p2cDir, err := start("p2c")
 	if err != nil {
 		return err
 	}
 	defer p2c.Stop()
-	lr, err := start("least_request")
+	lr, _, err := start("least_request")
 	if err != nil {
 		return err
 	}
 	defer lr.Stop()
-	rr, err := start("round_robin")
+	rr, _, err := start("round_robin")
 	if err != nil {
 		return err
 	}
@@ -256,7 +257,7 @@ func slowTarget(o options) error {
 	go func() {
 		defer close(bg)
 		time.Sleep(time.Second)
-		addErr = reloadRoutes(p2c, dirOf("p2c"), slowTargetRoutes("p2c", append(slices.Clone(targets), newOne)), newOne.addr())
+		addErr = reloadRoutes(p2c, p2cDir, slowTargetRoutes("p2c", append(slices.Clone(targets), newOne)), newOne.addr())
 	}()
 	added := load("p2c, a target added", p2c.URL()).Run(3 * time.Second)
 	<-bg
@@ -281,8 +282,7 @@ func slowTarget(o options) error {
 		for _, r := range ph.results {
 			v = append(v, r[k])
 		}
-		slices.Sort(v)
-		return v[len(v)/2]
+		return median(v)
 	}
 	fastP99 := med(phases[0], 0)
 	var notes []string
