@@ -19,29 +19,7 @@ func probe(o options) error {
 	}
 	paths := strings.Split(o.paths, ",")
 	client := &http.Client{Timeout: o.probeTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
-	results := make([][]vegeta.Result, len(paths))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	tick := time.NewTicker(o.interval)
-	stop := time.After(o.duration)
-loop:
-	for {
-		for i, p := range paths {
-			wg.Go(func() {
-				r := probeOnce(client, o.target+p)
-				mu.Lock()
-				results[i] = append(results[i], r)
-				mu.Unlock()
-			})
-		}
-		select {
-		case <-tick.C:
-		case <-stop:
-			break loop
-		}
-	}
-	tick.Stop()
-	wg.Wait()
+	results := probeEvery(client, o.target, paths, o.interval, o.duration, nil)
 
 	label := labelOr(o, o.target)
 	series := make([]Series, len(paths))
@@ -66,6 +44,40 @@ loop:
 	return missed
 }
 
+// probeEvery probes base+path for every path at once, every interval, for d, each probe on a
+// goroutine of its own so that a slow answer delays no other probe, and returns the results of
+// each path; tick, unless nil, runs after each round of probes has started. It returns when the
+// last probe has ended.
+func probeEvery(client *http.Client, base string, paths []string, interval, d time.Duration, tick func()) [][]vegeta.Result {
+	results := make([][]vegeta.Result, len(paths))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	end := time.After(d)
+	for {
+		for i, p := range paths {
+			wg.Go(func() {
+				r := probeOnce(client, base+p)
+				mu.Lock()
+				results[i] = append(results[i], r)
+				mu.Unlock()
+			})
+		}
+		if tick != nil {
+			tick()
+		}
+		select {
+		case <-t.C:
+		case <-end:
+			return results
+		}
+	}
+}
+
+// probeOnce makes one GET on a new connection (client keeps none alive); an answer other than
+// 200 is an error.
 func probeOnce(client *http.Client, url string) vegeta.Result {
 	r := vegeta.Result{Attack: "probe", Method: http.MethodGet, URL: url, Timestamp: time.Now()}
 	resp, err := client.Get(url)

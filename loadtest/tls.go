@@ -160,34 +160,12 @@ func tlsSilent(o options) error {
 	}
 	atStart := crowd.open.Load()
 
-	paths := []string{"/health", "/api/items"}
-	results := make([][]vegeta.Result, len(paths))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	tick := time.NewTicker(o.interval)
-	end := time.After(o.duration)
 	minOpen := atStart
-loop:
-	for {
-		for i, p := range paths {
-			wg.Go(func() {
-				r := probeOnce(client, gw.URL()+p)
-				mu.Lock()
-				results[i] = append(results[i], r)
-				mu.Unlock()
-			})
-		}
+	results := probeEvery(client, gw.URL(), []string{"/health", "/api/items"}, o.interval, o.duration, func() {
 		if n := crowd.open.Load(); n < minOpen {
 			minOpen = n
 		}
-		select {
-		case <-tick.C:
-		case <-end:
-			break loop
-		}
-	}
-	tick.Stop()
-	wg.Wait()
+	})
 	close(stop)
 	<-crowdDone
 	handshakeErrors := gw.Metrics("toron_tls_handshake_errors_total")
