@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -382,9 +380,9 @@ func isolationReport(o options, peers []*isoPeer, rss []int64, rejects []string,
 	if err := report(o, "isolation", title, series, rows, notes, false); err != nil {
 		return err
 	}
-	compare := filepath.Join(o.out, "isolation-compare.md")
-	if err := os.WriteFile(compare, []byte(table), 0o644); err != nil {
-		return fmt.Errorf("loadtest: cannot write %s: %w", compare, err)
+	compare, err := writeOut(o, "isolation-compare.md", table)
+	if err != nil {
+		return err
 	}
 	fmt.Printf("comparison: %s\n", compare)
 	return firstErr(runErr, missed)

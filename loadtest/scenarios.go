@@ -69,12 +69,9 @@ func report(o options, name, title string, series []Series, rows []Summary, note
 		b.WriteString(n + "\n")
 	}
 	fmt.Print(b.String())
-	if err := os.MkdirAll(o.out, 0o755); err != nil {
-		return fmt.Errorf("loadtest: cannot create %s: %w", o.out, err)
-	}
-	md := filepath.Join(o.out, name+".md")
-	if err := os.WriteFile(md, []byte(b.String()), 0o644); err != nil {
-		return fmt.Errorf("loadtest: cannot write %s: %w", md, err)
+	md, err := writeOut(o, name+".md", b.String())
+	if err != nil {
+		return err
 	}
 	plot := filepath.Join(o.out, name+".html")
 	if err := WritePlot(plot, title, series, rows, notes); err != nil {
@@ -82,6 +79,18 @@ func report(o options, name, title string, series []Series, rows []Summary, note
 	}
 	fmt.Printf("table: %s\nplot:  %s\n", md, plot)
 	return nil
+}
+
+// writeOut writes text into the file name of -out (created when missing) and returns its path.
+func writeOut(o options, name, text string) (string, error) {
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return "", fmt.Errorf("loadtest: cannot create %s: %w", o.out, err)
+	}
+	path := filepath.Join(o.out, name)
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		return "", fmt.Errorf("loadtest: cannot write %s: %w", path, err)
+	}
+	return path, nil
 }
 
 // verdict prints PASS or FAIL lines and returns errMissed when any failed.
