@@ -9,25 +9,7 @@ import (
 
 func TestNaiveProxyForwardsUploads(t *testing.T) {
 	up := startUpstream(t)
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	done := make(chan error, 1)
-	go func() { done <- serveNaiveProxy(options{listen: addr, upstream: up.Addr(), lifetime: 3 * time.Second}) }()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the naive proxy does not listen: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	addr, done := startHelperForTest(t, "the naive proxy", serveNaiveProxy, up.Addr(), 3*time.Second)
 	for _, chunked := range []bool{false, true} {
 		rs := Uploads(UploadSpec{Name: "naive", URL: "http://" + addr + "/legacy/upload", N: 2, Size: 2<<20 + 1, Chunked: chunked, Verify: true, Timeout: 10 * time.Second})
 		if s := Summarize("", rs); s.OK != 2 {
@@ -36,5 +18,30 @@ func TestNaiveProxyForwardsUploads(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Errorf("the naive proxy ended with %v", err)
+	}
+}
+
+// startHelperForTest runs the helper scenario serve (named what in the failure), in front of
+// upstream, in this process for lifetime and waits until it listens; done reports how it ended.
+func startHelperForTest(t *testing.T, what string, serve func(options) error, upstream string, lifetime time.Duration) (string, <-chan error) {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	done := make(chan error, 1)
+	go func() { done <- serve(options{listen: addr, upstream: upstream, lifetime: lifetime}) }()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return addr, done
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s does not listen: %v", what, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -13,7 +12,7 @@ import (
 
 func TestTCPRelayForwardsUploads(t *testing.T) {
 	up := startUpstream(t)
-	addr, done := startTCPRelayForTest(t, up.Addr(), 2*time.Second)
+	addr, done := startHelperForTest(t, "the tcp relay", serveTCPRelay, up.Addr(), 2*time.Second)
 	for _, chunked := range []bool{false, true} {
 		rs := Uploads(UploadSpec{Name: "relay", URL: "http://" + addr + "/legacy/upload", N: 2, Size: 2<<20 + 1, Chunked: chunked, Verify: true, Timeout: 10 * time.Second})
 		if s := Summarize("", rs); s.OK != 2 {
@@ -41,7 +40,7 @@ func TestTCPRelayHalfCloseAndShutdown(t *testing.T) {
 		b, _ := io.ReadAll(c)
 		c.Write(b)
 	})
-	addr, done := startTCPRelayForTest(t, ln.Addr().String(), 1500*time.Millisecond)
+	addr, done := startHelperForTest(t, "the tcp relay", serveTCPRelay, ln.Addr().String(), 1500*time.Millisecond)
 
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -66,31 +65,6 @@ func TestTCPRelayHalfCloseAndShutdown(t *testing.T) {
 	open.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.ReadAll(open); err != nil && !errors.Is(err, syscall.ECONNRESET) {
 		t.Errorf("a connection left open was not closed by the relay's shutdown: %v", err)
-	}
-}
-
-// startTCPRelayForTest runs the tcp-relay helper in this process for lifetime and waits until it
-// listens; done reports how it ended.
-func startTCPRelayForTest(t *testing.T, upstream string, lifetime time.Duration) (string, <-chan error) {
-	t.Helper()
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	done := make(chan error, 1)
-	go func() { done <- serveTCPRelay(options{listen: addr, upstream: upstream, lifetime: lifetime}) }()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			return addr, done
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the tcp relay does not listen: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
