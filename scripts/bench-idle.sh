@@ -60,8 +60,7 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 
 	-keyout "$KEY" -out "$CERT" 2>/dev/null
 chmod 644 "$CERT" "$KEY"
 
-"$LT" -scenario upstream -listen "127.0.0.1:$UP_PORT" -lifetime 2h >"$tmp/upstream.log" 2>&1 &
-pids+=($!)
+spawn "$tmp/upstream.log" "$LT" -scenario upstream -listen "127.0.0.1:$UP_PORT" -lifetime 2h
 wait_http "http://127.0.0.1:$UP_PORT/api/items" upstream
 
 mkdir -p "$OUT"
@@ -71,9 +70,7 @@ printf 'server\tconns\tkib_per_conn\n' >"$results"
 # stop PID: stop one server under test and wait for it.
 stop() {
 	kill -TERM "$1" 2>/dev/null || true
-	for _ in $(seq 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
-	kill -KILL "$1" 2>/dev/null || true
-	wait "$1" 2>/dev/null || true
+	reap "$1"
 }
 
 # measure LABEL PID [loadtest flags...]: one idle run against the server with that pid.
@@ -108,18 +105,16 @@ nginx_conf() { # template out
 
 # Toron, plaintext (TORON=path: another build).
 toron_config "$tmp/toron.yaml" 0
-env -u TORON_CONFIG -u TORON_ROUTES "${TORON:-bin/toron}" -config "$tmp/toron.yaml" -routes "$tmp/toron-routes.yaml" >"$tmp/toron.log" 2>&1 &
-pid=$!
-pids+=("$pid")
+spawn "$tmp/toron.log" env -u TORON_CONFIG -u TORON_ROUTES "${TORON:-bin/toron}" -config "$tmp/toron.yaml" -routes "$tmp/toron-routes.yaml"
+pid=$spawned
 wait_http "http://127.0.0.1:$PORT/health" toron
 measure toron "$pid" -target "http://127.0.0.1:$PORT"
 
 # The floors: a bare fasthttp server with ReduceMemoryUsage, with StreamRequestBody as Toron's
 # server needs it (fasthttp then keeps the read buffer of an idle connection), and without.
 for stream in true false; do
-	"$LT" -scenario bare-server -bare-stream=$stream -listen "127.0.0.1:$PORT" -lifetime 2h >"$tmp/bare.log" 2>&1 &
-	pid=$!
-	pids+=("$pid")
+	spawn "$tmp/bare.log" "$LT" -scenario bare-server -bare-stream=$stream -listen "127.0.0.1:$PORT" -lifetime 2h
+	pid=$spawned
 	wait_http "http://127.0.0.1:$PORT/api/items" bare-fasthttp
 	if [ $stream = true ]; then label=bare-fasthttp-stream; else label=bare-fasthttp-buffered; fi
 	measure "$label" "$pid" -target "http://127.0.0.1:$PORT"
@@ -130,9 +125,8 @@ mkdir -p "$tmp/nginx"
 chmod 755 "$tmp/nginx"
 PREFIX=$tmp/nginx
 nginx_conf loadtest/peers/nginx.conf "$tmp/nginx/nginx.conf"
-nginx -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" -e "$tmp/nginx/error.log" >"$tmp/nginx.out" 2>&1 &
-pid=$!
-pids+=("$pid")
+spawn "$tmp/nginx.out" nginx -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" -e "$tmp/nginx/error.log"
+pid=$spawned
 wait_http "http://127.0.0.1:$PORT/health" nginx
 measure nginx "$pid" -target "http://127.0.0.1:$PORT"
 
@@ -144,32 +138,28 @@ PREFIX=$tmp
 fill loadtest/peers/haproxy.cfg "$tmp/haproxy.cfg" \
 	-e "s|maxconn 8192|maxconn $((CONNS + 100))\n    ulimit-n $(($(ulimit -Hn) - 100))\n    no strict-limits|" \
 	-e "s|timeout http-keep-alive 5s|timeout http-keep-alive 120s|" -e "s|timeout client 5s|timeout client 120s|"
-haproxy -db -f "$tmp/haproxy.cfg" >"$tmp/haproxy.log" 2>&1 &
-pid=$!
-pids+=("$pid")
+spawn "$tmp/haproxy.log" haproxy -db -f "$tmp/haproxy.cfg"
+pid=$spawned
 wait_http "http://127.0.0.1:$PORT/health" haproxy
 measure haproxy "$pid" -target "http://127.0.0.1:$PORT"
 
 if [ "$TLS" = 1 ]; then
 	toron_config "$tmp/toron-tls.yaml" 1
-	env -u TORON_CONFIG -u TORON_ROUTES "${TORON:-bin/toron}" -config "$tmp/toron-tls.yaml" -routes "$tmp/toron-routes.yaml" >"$tmp/toron-tls.log" 2>&1 &
-	pid=$!
-	pids+=("$pid")
-	for _ in $(seq 100); do curl -sk -o /dev/null --max-time 1 "https://127.0.0.1:$PORT/health" && break; sleep 0.1; done
+	spawn "$tmp/toron-tls.log" env -u TORON_CONFIG -u TORON_ROUTES "${TORON:-bin/toron}" -config "$tmp/toron-tls.yaml" -routes "$tmp/toron-routes.yaml"
+	pid=$spawned
+	wait_http "https://127.0.0.1:$PORT/health" toron-tls -k
 	measure toron-tls "$pid" -tls-target "127.0.0.1:$PORT"
 
-	"$LT" -scenario bare-server -cert "$CERT" -key "$KEY" -listen "127.0.0.1:$PORT" -lifetime 2h >"$tmp/bare-tls.log" 2>&1 &
-	pid=$!
-	pids+=("$pid")
-	for _ in $(seq 100); do curl -sk -o /dev/null --max-time 1 "https://127.0.0.1:$PORT/api/items" && break; sleep 0.1; done
+	spawn "$tmp/bare-tls.log" "$LT" -scenario bare-server -cert "$CERT" -key "$KEY" -listen "127.0.0.1:$PORT" -lifetime 2h
+	pid=$spawned
+	wait_http "https://127.0.0.1:$PORT/api/items" bare-fasthttp-tls -k
 	measure bare-fasthttp-stream-tls "$pid" -tls-target "127.0.0.1:$PORT"
 
 	PREFIX=$tmp/nginx
 	nginx_conf loadtest/peers/nginx-tls.conf "$tmp/nginx/nginx-tls.conf"
-	nginx -p "$tmp/nginx" -c "$tmp/nginx/nginx-tls.conf" -e "$tmp/nginx/error.log" >"$tmp/nginx-tls.out" 2>&1 &
-	pid=$!
-	pids+=("$pid")
-	for _ in $(seq 100); do curl -sk -o /dev/null --max-time 1 "https://127.0.0.1:$PORT/health" && break; sleep 0.1; done
+	spawn "$tmp/nginx-tls.out" nginx -p "$tmp/nginx" -c "$tmp/nginx/nginx-tls.conf" -e "$tmp/nginx/error.log"
+	pid=$spawned
+	wait_http "https://127.0.0.1:$PORT/health" nginx-tls -k
 	measure nginx-tls "$pid" -tls-target "127.0.0.1:$PORT"
 fi
 

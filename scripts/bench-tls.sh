@@ -58,15 +58,6 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 
 	-keyout "$KEY" -out "$CERT" 2>/dev/null
 chmod 644 "$CERT" "$KEY" # nginx's worker (nobody) reads them at start through the master
 
-wait_https() { # url name: wait up to 10 s for an HTTPS answer
-	for _ in $(seq 100); do
-		if curl -s -o /dev/null --max-time 1 --cacert "$CERT" "$1"; then return 0; fi
-		sleep 0.1
-	done
-	echo "bench-tls: $2 did not answer $1 within 10 s" >&2
-	return 1
-}
-
 fill_tls() { # template out: fill (lib.sh) with nginx's plain port and the certificate
 	fill "$1" "$2" -e "s|@PLAIN_PORT@|$NGINX_PLAIN_PORT|g" -e "s|@CERT@|$CERT|g" -e "s|@KEY@|$KEY|g"
 }
@@ -75,20 +66,20 @@ build_bins
 CLK_TCK=$(getconf CLK_TCK)
 
 spawn "$tmp/upstream.log" taskset -c "$PROXY_CPU" "$LT" -scenario upstream -listen "127.0.0.1:$UP_PORT" -lifetime 2h
-for _ in $(seq 100); do curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$UP_PORT/api/items" && break; sleep 0.1; done
+wait_http "http://127.0.0.1:$UP_PORT/api/items" upstream
 
 PORT=$TORON_PORT PREFIX=$tmp
 fill_tls loadtest/peers/toron-tls-config.yaml "$tmp/toron-config.yaml"
 fill_tls loadtest/peers/toron-routes.yaml "$tmp/toron-routes.yaml"
 spawn_toron "$tmp/toron.log" "$tmp/toron-config.yaml" "$tmp/toron-routes.yaml"
 TORON_PID=$spawned
-wait_https "https://127.0.0.1:$TORON_PORT/health" toron
+wait_http "https://127.0.0.1:$TORON_PORT/health" toron --cacert "$CERT"
 
 PORT=$TORON_PLAIN_PORT PREFIX=$tmp
 fill_tls loadtest/peers/toron-config.yaml "$tmp/toron-plain-config.yaml"
 spawn_toron "$tmp/toron-plain.log" "$tmp/toron-plain-config.yaml" "$tmp/toron-routes.yaml"
 TORON_PLAIN_PID=$spawned
-wait_https "http://127.0.0.1:$TORON_PLAIN_PORT/health" "plain toron"
+wait_http "http://127.0.0.1:$TORON_PLAIN_PORT/health" "plain toron"
 
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 PORT=$NGINX_PORT PREFIX=$tmp/nginx
@@ -97,7 +88,7 @@ chmod 755 "$PREFIX"
 fill_tls loadtest/peers/nginx-tls.conf "$PREFIX/nginx.conf"
 spawn_nginx "$tmp/nginx.out" "$PREFIX" "$NGINX"
 NGINX_PID=$spawned
-wait_https "https://127.0.0.1:$NGINX_PORT/health" nginx
+wait_http "https://127.0.0.1:$NGINX_PORT/health" nginx --cacert "$CERT"
 
 # What each server negotiates with an OpenSSL client (curl): protocol and ALPN.
 for t in toron nginx; do

@@ -14,14 +14,19 @@ cleanup() {
 		kill -TERM "$pid" 2>/dev/null || true
 	done
 	for pid in "${pids[@]}"; do
-		for _ in $(seq 50); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -KILL "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
+		reap "$pid"
 	done
 	rm -rf "$tmp"
+}
+
+# reap PID: wait up to 5 s for a process told to stop, then kill it, and collect its exit.
+reap() {
+	for _ in $(seq 50); do
+		kill -0 "$1" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -KILL "$1" 2>/dev/null || true
+	wait "$1" 2>/dev/null || true
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -94,13 +99,16 @@ build_bins() {
 	LT=$tmp/loadtest
 }
 
-# wait_http URL NAME: wait up to 10 s for an HTTP answer.
+# wait_http URL NAME [CURL ARGS...]: wait up to 10 s for an HTTP answer; the curl arguments are
+# for an HTTPS URL (--cacert FILE, or -k).
 wait_http() {
+	local url=$1 name=$2
+	shift 2
 	for _ in $(seq 100); do
-		if curl -s -o /dev/null --max-time 1 "$1"; then return 0; fi
+		if curl -s -o /dev/null --max-time 1 "$@" "$url"; then return 0; fi
 		sleep 0.1
 	done
-	echo "$bench_name: $2 did not answer $1 within 10 s" >&2
+	echo "$bench_name: $name did not answer $url within 10 s" >&2
 	return 1
 }
 
