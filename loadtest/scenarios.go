@@ -12,7 +12,7 @@ import (
 // unrecorded warm-up before a measured phase, the PASS/FAIL verdict and the report (the table,
 // the notes and the plot in -out). Each scenario has its file, with the clients only it uses
 // (smallget.go, upload.go, slowclient.go, probe.go, isolation.go, ...); attack.go holds the
-// vegeta load that most of them run.
+// generators several scenarios and tests run: the vegeta load and the batch of uploads.
 
 // env is what a scenario started: the upstream and the gateway.
 type env struct {

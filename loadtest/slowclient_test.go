@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 	"time"
+
 	"toron/internal/testnet"
 )
 
