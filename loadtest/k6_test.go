@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -21,13 +20,9 @@ func TestK6ScriptsParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	for _, s := range scripts {
-		names = append(names, strings.TrimSuffix(filepath.Base(s), ".js"))
-	}
 	for _, want := range []string{"small-get", "upload", "isolation", "slow-client"} {
-		if !slices.Contains(names, want) {
-			t.Errorf("no k6 script for the %s scenario", want)
+		if _, err := os.Stat(filepath.Join("k6", want+".js")); err != nil {
+			t.Errorf("no k6 script for the %s scenario: %v", want, err)
 		}
 	}
 	dir := t.TempDir()
