@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -215,5 +214,5 @@ func tlsSilent(o options) error {
 	if err := report(o, "tls-silent", title, series, rows, notes, false); err != nil {
 		return err
 	}
-	return errors.Join(runErr, missed)
+	return firstErr(runErr, missed)
 }
