@@ -201,4 +201,58 @@ func (p *patternReader) Read(b []byte) (int, error) {
 	return n, nil
 }
 
+// probeEvery probes base+path for every path at once, every interval, for d, each probe on a
+// goroutine of its own so that a slow answer delays no other probe, and returns the results of
+// each path; tick, unless nil, runs after each round of probes has started. It returns when the
+// last probe has ended.
+func probeEvery(client *http.Client, base string, paths []string, interval, d time.Duration, tick func()) [][]vegeta.Result {
+	results := make([][]vegeta.Result, len(paths))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	end := time.After(d)
+	for {
+		for i, p := range paths {
+			wg.Go(func() {
+				r := probeOnce(client, base+p)
+				mu.Lock()
+				results[i] = append(results[i], r)
+				mu.Unlock()
+			})
+		}
+		if tick != nil {
+			tick()
+		}
+		select {
+		case <-t.C:
+		case <-end:
+			return results
+		}
+	}
+}
+
+// probeOnce makes one GET on a new connection (client keeps none alive); an answer other than
+// 200 is an error.
+func probeOnce(client *http.Client, url string) vegeta.Result {
+	r := vegeta.Result{Attack: "probe", Method: http.MethodGet, URL: url, Timestamp: time.Now()}
+	resp, err := client.Get(url)
+	if err == nil {
+		var n int64
+		n, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		r.Code, r.BytesIn = uint16(resp.StatusCode), uint64(n)
+		if resp.StatusCode != http.StatusOK {
+			r.Error = resp.Status
+		}
+	}
+	r.Latency = time.Since(r.Timestamp)
+	if err != nil {
+		r.Code = 0
+		r.Error = errorText(err)
+	}
+	return r
+}
+
 var _ io.Reader = (*patternReader)(nil)

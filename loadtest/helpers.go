@@ -3,16 +3,22 @@ package main
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
 )
+
+// The helper scenarios, run by the scripts (and, as processes of their own, by the scenarios):
+// upstream, naive-proxy and probe here, tcp-relay in relay.go, ws-upstream in tunnel.go,
+// bare-server in idle.go; and what starting one and stopping it takes.
 
 // The upload scenario's reference: the reverse proxy an engineer writes in ten lines with
 // fasthttp (StreamRequestBody on the server, HostClient.Do with the request as it came, the
@@ -146,4 +152,37 @@ func serveUpstream(o options) error {
 	fmt.Printf("loadtest upstream listening on %s (pid %d)\n", up.URL(), os.Getpid())
 	_ = waitStop(nil, o.lifetime) // a signal or the lifetime: nothing else ends it
 	return up.Close()
+}
+
+// probe checks every path of a running server every -interval on a new connection, as a load
+// balancer's health check does, and reports the share answered 200.
+func probe(o options) error {
+	if o.target == "" {
+		return fmt.Errorf("loadtest: probe needs -target, such as http://127.0.0.1:8080")
+	}
+	paths := strings.Split(o.paths, ",")
+	client := &http.Client{Timeout: o.probeTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	results := probeEvery(client, o.target, paths, o.interval, o.duration, nil)
+
+	label := labelOr(o, o.target)
+	series := make([]Series, len(paths))
+	for i, p := range paths {
+		series[i] = Series{label + " " + p, results[i]}
+	}
+	rows := summarizeAll(series)
+	var checks []check
+	for _, r := range rows {
+		checks = append(checks, check{fmt.Sprintf("%s: %.2f%% answered 200 within %s (target >= %.0f%%)", r.Name, r.OKShare(), o.probeTimeout, o.minOKPercent),
+			r.OKShare() >= o.minOKPercent})
+	}
+	lines, missed := verdict(checks)
+	title := fmt.Sprintf("probe %s: %s every %s, new connection each, %s timeout, for %s", label, o.paths, o.interval, o.probeTimeout, o.duration)
+	name := "probe"
+	if o.label != "" {
+		name += "-" + o.label
+	}
+	if err := report(o, name, title, series, rows, lines, false); err != nil {
+		return err
+	}
+	return missed
 }

@@ -11,8 +11,9 @@ import (
 // What the scenarios share: the upstream and the gateway most of them start (setup), the
 // unrecorded warm-up before a measured phase, the PASS/FAIL verdict and the report (the table,
 // the notes and the plot in -out). Each scenario has its file, with the clients only it uses
-// (smallget.go, upload.go, slowclient.go, probe.go, isolation.go, ...); attack.go holds the
-// generators several scenarios and tests run: the vegeta load and the batch of uploads.
+// (smallget.go, upload.go, slowclient.go, isolation.go, ...), and the helper scenarios that
+// scripts start (upstream, probe, naive-proxy) are in helpers.go; attack.go holds the generators
+// several scenarios and tests run: the vegeta load, the batch of uploads and the probes.
 
 // env is what a scenario started: the upstream and the gateway.
 type env struct {
