@@ -155,7 +155,7 @@ func globalRL(o options) error {
 		return err
 	}
 	defer up.Stop()
-	gw, err := StartToronRedis(o.toron, dir, fmt.Sprintf(globalRLRoutes, strings.TrimPrefix(up.URL(), "http://")), rs.addr)
+	gw, err := StartToronRedis(o.toron, dir, fmt.Sprintf(globalRLRoutes, up.Addr()), rs.addr)
 	if err != nil {
 		return err
 	}

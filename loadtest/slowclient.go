@@ -311,7 +311,7 @@ func slowClient(o options) error {
 	if err != nil {
 		return err
 	}
-	addr := strings.TrimPrefix(e.gw.URL(), "http://")
+	addr := e.gw.Addr()
 	measured := func(tag string) []Load {
 		return []Load{
 			{Name: "/api " + tag, URL: e.gw.URL() + "/api/items", Rate: o.apiRate, Workers: 8, Timeout: 5 * time.Second},

@@ -144,7 +144,7 @@ func tlsSilent(o options) error {
 	}
 	defer up.Close()
 	fmt.Printf("loadtest tls-silent: upstream %s, gateway %s (pid %d, files in %s)\n", up.URL(), gw.URL(), gw.PID(), dir)
-	addr := strings.TrimPrefix(gw.URL(), "https://")
+	addr := gw.Addr()
 
 	crowd := &silentCrowd{addr: addr, n: o.silentConns}
 	stop := make(chan struct{})

@@ -242,10 +242,13 @@ func startProcessTLS(name string, cmd *exec.Cmd, port int, logPath string, stopS
 // URL is the server's base URL.
 func (p *process) URL() string {
 	if p.tlsClient != nil {
-		return "https://127.0.0.1:" + strconv.Itoa(p.port)
+		return "https://" + p.Addr()
 	}
-	return "http://127.0.0.1:" + strconv.Itoa(p.port)
+	return "http://" + p.Addr()
 }
+
+// Addr is the server's host:port, as a routes file's target or a raw client dials it.
+func (p *process) Addr() string { return "127.0.0.1:" + strconv.Itoa(p.port) }
 
 // PID is the server's process id.
 func (p *process) PID() int { return p.cmd.Process.Pid }

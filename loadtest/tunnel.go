@@ -131,7 +131,7 @@ func tunnelScenario(o options) error {
 		return err
 	}
 	defer echo.Stop()
-	echoAddr := strings.TrimPrefix(echo.URL(), "http://")
+	echoAddr := echo.Addr()
 	api, gw, err := startBehindUpstream(func(upstream string) (*Toron, error) {
 		return StartToron(o.toron, dir, RouteOptions{Upstream: upstream, ReportsMaxConcurrency: o.bulkhead, WSUpstream: echoAddr, MaxTunnels: o.tunnels + 64})
 	})
@@ -150,8 +150,8 @@ func tunnelScenario(o options) error {
 		return err
 	}
 	defer rl.Stop()
-	gwHost := strings.TrimPrefix(gw.URL(), "http://")
-	rlHost := strings.TrimPrefix(rl.URL(), "http://")
+	gwHost := gw.Addr()
+	rlHost := rl.Addr()
 	fmt.Printf("loadtest tunnel: echo upstream %s, gateway %s (pid %d), tcp relay %s (files in %s)\n", echoAddr, gw.URL(), gw.PID(), rl.URL(), dir)
 
 	// 1. Throughput, interleaved rounds.

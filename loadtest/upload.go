@@ -49,8 +49,7 @@ func uploadScenario(o options) error {
 		return err
 	}
 	defer up.Stop()
-	upAddr := strings.TrimPrefix(up.URL(), "http://")
-	gw, err := StartToron(o.toron, dir, RouteOptions{Upstream: upAddr, ReportsMaxConcurrency: o.bulkhead})
+	gw, err := StartToron(o.toron, dir, RouteOptions{Upstream: up.Addr(), ReportsMaxConcurrency: o.bulkhead})
 	if err != nil {
 		return err
 	}
@@ -58,13 +57,13 @@ func uploadScenario(o options) error {
 	type target struct{ name, url string }
 	targets := []target{{"direct", up.URL()}, {"toron", gw.URL()}}
 	if o.reference {
-		naive, err := startNaiveProxy(dir, upAddr)
+		naive, err := startNaiveProxy(dir, up.Addr())
 		if err != nil {
 			gw.Stop()
 			return err
 		}
 		defer naive.Stop()
-		relay, err := startTCPRelay(dir, upAddr)
+		relay, err := startTCPRelay(dir, up.Addr())
 		if err != nil {
 			gw.Stop()
 			return err
