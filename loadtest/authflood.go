@@ -228,16 +228,11 @@ func authFloodReport(o options, r authFloodRun, apiText string, rejects []string
 		{fmt.Sprintf("flood: every request answered 401 or 503 (%s)", rows[2].ErrorsText()), r.floodRequestsTotal > 0 && r.floodOther == 0},
 		{fmt.Sprintf("flood: no request reached the upstream (%d did)", r.leaked), r.leaked == 0},
 	}
-	lines, missed := verdict(checks)
-	notes = append(notes, lines...)
 	title := fmt.Sprintf("auth-flood: wrong basic-auth passwords on /private at %d req/s (bcrypt cost %d) while %s; %d interleaved rounds of %s idle + %s flood",
 		o.floodRate, authFloodCost, apiText, o.rounds, o.duration, o.duration)
 	fmt.Print(table)
 	series := []Series{{"/api idle", slices.Concat(r.apiIdle...)}, {"/api flood", slices.Concat(r.apiFlood...)}}
-	if err := report(o, "auth-flood", title, series, rows, notes, false); err != nil {
-		return err
-	}
-	return firstErr(stopErr, missed)
+	return conclude(o, "auth-flood", title, series, rows, notes, checks, stopErr)
 }
 
 // statusWithAuth makes one GET with the Authorization value and returns its status and

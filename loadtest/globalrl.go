@@ -257,11 +257,6 @@ func globalRL(o options) error {
 	for _, r := range rows {
 		checks = append(checks, check{fmt.Sprintf("%s: no errors (%s)", r.Name, r.ErrorsText()), len(r.Errors) == 0})
 	}
-	lines, missed := verdict(checks)
-	notes = append(notes, lines...)
 	title := fmt.Sprintf("global-rl: a route limited per instance vs through Redis on loopback, %d req/s, %d connections, %s per phase", rate, o.connections, o.duration)
-	if err := report(o, "global-rl", title, series, rows, notes, false); err != nil {
-		return err
-	}
-	return firstErr(stopErr, missed)
+	return conclude(o, "global-rl", title, series, rows, notes, checks, stopErr)
 }

@@ -175,14 +175,10 @@ func probe(o options) error {
 		checks = append(checks, check{fmt.Sprintf("%s: %.2f%% answered 200 within %s (target >= %.0f%%)", r.Name, r.OKShare(), o.probeTimeout, o.minOKPercent),
 			r.OKShare() >= o.minOKPercent})
 	}
-	lines, missed := verdict(checks)
 	title := fmt.Sprintf("probe %s: %s every %s, new connection each, %s timeout, for %s", label, o.paths, o.interval, o.probeTimeout, o.duration)
 	name := "probe"
 	if o.label != "" {
 		name += "-" + o.label
 	}
-	if err := report(o, name, title, series, rows, lines, false); err != nil {
-		return err
-	}
-	return missed
+	return conclude(o, name, title, series, rows, nil, checks, nil)
 }

@@ -94,7 +94,7 @@ func writeOut(o options, name, text string) (string, error) {
 	return path, nil
 }
 
-// verdict prints PASS or FAIL lines and returns errMissed when any failed.
+// verdict renders the PASS or FAIL line of each check and returns errMissed when any failed.
 func verdict(checks []check) ([]string, error) {
 	var lines []string
 	failed := 0
@@ -115,6 +115,17 @@ func verdict(checks []check) ([]string, error) {
 type check struct {
 	what string
 	ok   bool
+}
+
+// conclude ends a scenario: the PASS/FAIL lines of checks go under the notes, the report is
+// printed and written, and the result is runErr (a started server that did not stop cleanly,
+// exit status 1) before errMissed (a check failed, exit status 3).
+func conclude(o options, name, title string, series []Series, rows []Summary, notes []string, checks []check, runErr error) error {
+	lines, missed := verdict(checks)
+	if err := report(o, name, title, series, rows, append(notes, lines...), false); err != nil {
+		return err
+	}
+	return firstErr(runErr, missed)
 }
 
 // warmup is a short unrecorded run before a measured phase.

@@ -361,14 +361,9 @@ func slowClient(o options) error {
 		checks = append(checks, check{fmt.Sprintf("%s: every connection cut by the gateway (%s)", r.Name, r.ErrorsText()),
 			r.Requests > 0 && r.OK == 0 && r.Errors["not-cut"] == 0})
 	}
-	lines, missed := verdict(checks)
-	notes = append(notes, lines...)
 	title := fmt.Sprintf("slow-client: %d connections of each attack; /api %d req/s, /health %d req/s; %s idle + %s under attack",
 		o.attackers, o.apiRate, o.healthRate, o.duration, o.duration)
-	if err := report(o, "slow-client", title, series, rows, notes, false); err != nil {
-		return err
-	}
-	return firstErr(runErr, missed)
+	return conclude(o, "slow-client", title, series, rows, notes, checks, runErr)
 }
 
 // slowCutLimit is how long the slow-client scenario gives a slow connection to be cut: three

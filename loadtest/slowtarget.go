@@ -312,13 +312,8 @@ func slowTarget(o options) error {
 		{fmt.Sprintf("killed target: no client error (%d)", k.Requests-k.OK), k.Requests == k.OK},
 		{fmt.Sprintf("killed target: at most 1 extra dial per request (%d dials for %d requests)", int64(deadDials), k.Requests), deadDials <= float64(k.Requests)},
 	}
-	lines, missed := verdict(checks)
-	notes = append(notes, lines...)
 	title := fmt.Sprintf("slow-target: GET /api over 3 targets, %s, %s per phase", rateText(rate, o.connections), o.duration)
-	if err := report(o, "slow-target", title, series, rows, notes, false); err != nil {
-		return err
-	}
-	return missed
+	return conclude(o, "slow-target", title, series, rows, notes, checks, nil)
 }
 
 // recoveryTime runs load on gw for at most window and returns how long after its start the

@@ -38,15 +38,10 @@ func smallGet(o options) error {
 	for _, r := range rows {
 		checks = append(checks, check{fmt.Sprintf("%s: no errors (%s)", r.Name, r.ErrorsText()), len(r.Errors) == 0})
 	}
-	lines, missed := verdict(checks)
-	notes = append(notes, lines...)
 	rateText := "max rate"
 	if o.rate > 0 {
 		rateText = fmt.Sprintf("%d req/s", o.rate)
 	}
 	title := fmt.Sprintf("small-get: GET /api, %s, %d connections, %s per phase", rateText, o.connections, o.duration)
-	if err := report(o, "small-get", title, series, rows, notes, false); err != nil {
-		return err
-	}
-	return firstErr(runErr, missed)
+	return conclude(o, "small-get", title, series, rows, notes, checks, runErr)
 }

@@ -207,12 +207,7 @@ func tlsSilent(o options) error {
 		checks = append(checks, check{fmt.Sprintf("silent connections closed at handshake_timeout: median %s, %d not closed", med.Round(10*time.Millisecond), notCut),
 			len(closed) > 0 && notCut == 0 && med >= tlsHandshakeTimeout-500*time.Millisecond && med <= tlsHandshakeTimeout+3*time.Second})
 	}
-	lines, missed := verdict(checks)
-	notes = append(notes, lines...)
 	title := fmt.Sprintf("tls-silent: %d silent TLS connections (no ClientHello); /health and /api over TLS every %s, new connection each, for %s",
 		o.silentConns, o.interval, o.duration)
-	if err := report(o, "tls-silent", title, series, rows, notes, false); err != nil {
-		return err
-	}
-	return firstErr(runErr, missed)
+	return conclude(o, "tls-silent", title, series, rows, notes, checks, runErr)
 }

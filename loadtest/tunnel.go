@@ -236,16 +236,7 @@ func tunnelScenario(o options) error {
 		{fmt.Sprintf("memory per idle tunnel <= 32 KiB (%.1f KiB)", perTunnel/1024), perTunnel <= 32<<10},
 		{fmt.Sprintf("/api p99 with %d idle tunnels <= 1.2 x none (%.2f)", o.tunnels, p99Ratio), p99Ratio <= 1.2},
 	}
-	lines, verr := verdict(checks)
-	notes = append(notes, lines...)
-	series := []Series{}
-	if err := report(o, "tunnel", "WebSocket tunnels: echo throughput, idle memory, /api p99", series, []Summary{none, with}, notes, false); err != nil {
-		return err
-	}
-	if stopErr != nil {
-		return stopErr
-	}
-	return verr
+	return conclude(o, "tunnel", "WebSocket tunnels: echo throughput, idle memory, /api p99", nil, []Summary{none, with}, notes, checks, stopErr)
 }
 
 // serveWSUpstream is the ws-upstream helper: the echo upstream on -listen until SIGINT, SIGTERM
