@@ -124,16 +124,9 @@ func authFlood(o options) error {
 	}
 	wrong := http.Header{"Authorization": {basicAuth(authFloodUser, "not the password")}}
 	flood := Load{Name: "flood", URL: base + "/private/items", Rate: o.floodRate, Workers: 16, Timeout: 5 * time.Second, Header: wrong}
-	pid := gw.PID()
-	phase := func(loads ...Load) ([][]vegeta.Result, int64, float64, float64, time.Duration) {
-		c0, t0, w0 := sampleCPU(pid), procTicks(pid), time.Now()
-		rs := RunLoads(o.duration, loads...)
-		c1, t1, wall := sampleCPU(pid), procTicks(pid), time.Since(w0)
-		other, steal := otherCPU(c0, c1)
-		return rs, t1 - t0, other, steal, wall
-	}
+	pids := []int{gw.PID()}
 	idle := func() {
-		rs, ticks, other, steal, wall := phase(api)
+		rs, ticks, other, steal, wall := runPhase(o.duration, pids, pids, api)
 		s := Summarize("", rs[0])
 		r.apiIdle = append(r.apiIdle, rs[0])
 		r.p99Idle, r.rateIdle = append(r.p99Idle, float64(s.P99)), append(r.rateIdle, okRate(s))
@@ -143,7 +136,7 @@ func authFlood(o options) error {
 	}
 	floodPhase := func() {
 		before := up.APIRequests.Load()
-		rs, ticks, other, steal, wall := phase(api, flood)
+		rs, ticks, other, steal, wall := runPhase(o.duration, pids, pids, api, flood)
 		s, f := Summarize("", rs[0]), Summarize("", rs[1])
 		// The upstream answers /api and nothing else of this phase: a refused flood request
 		// never reaches it. Only /api's answered requests came through (one the client gave

@@ -115,15 +115,6 @@ func startIsoPeer(o options, name string) (*isoPeer, error) {
 	return p, nil
 }
 
-// serverTicks is the utime+stime of the peer's processes, in clock ticks.
-func (p *isoPeer) serverTicks() int64 {
-	var n int64
-	for _, pid := range p.pids {
-		n += procTicks(pid)
-	}
-	return n
-}
-
 // measured are the loads of both phases: /api (closed loop over -api-conns connections, or
 // open loop at -api-rate) and /health.
 func (p *isoPeer) measured(o options, tag string) []Load {
@@ -133,6 +124,17 @@ func (p *isoPeer) measured(o options, tag string) []Load {
 		api.Rate, api.Workers = 0, o.apiConns
 	}
 	return []Load{api, {Name: "/health " + tag, URL: base + "/health", Rate: o.healthRate, Workers: 2, Timeout: 5 * time.Second}}
+}
+
+// runPhase runs loads at once for d and returns their results; the CPU ticks that server, the
+// measured server's processes, used meanwhile; the share of the machine that processes other
+// than the load test and all took, and the hypervisor's (otherCPU); and the phase's wall time.
+func runPhase(d time.Duration, all, server []int, loads ...Load) (rs [][]vegeta.Result, ticks int64, other, steal float64, wall time.Duration) {
+	c0, t0, w0 := sampleCPU(all...), procTicksOf(server), time.Now()
+	rs = RunLoads(d, loads...)
+	c1, t1, wall := sampleCPU(all...), procTicksOf(server), time.Since(w0)
+	other, steal = otherCPU(c0, c1)
+	return rs, t1 - t0, other, steal, wall
 }
 
 // phaseCPU is the server's CPU time per /api request answered, in µs.
@@ -154,15 +156,13 @@ func okRate(s Summary) float64 {
 // idlePhase measures /api and /health with the legacy route idle; all are the pids of every
 // process of the run, for the other-processes figure.
 func (p *isoPeer) idlePhase(o options, all []int) (other, steal float64) {
-	c0, t0 := sampleCPU(all...), p.serverTicks()
-	rs := RunLoads(o.duration, p.measured(o, "idle")...)
-	c1, t1 := sampleCPU(all...), p.serverTicks()
+	rs, ticks, other, steal, _ := runPhase(o.duration, all, p.pids, p.measured(o, "idle")...)
 	api, health := Summarize("", rs[0]), Summarize("", rs[1])
 	p.apiIdle, p.healthIdle = append(p.apiIdle, rs[0]), append(p.healthIdle, rs[1])
 	p.p99Idle, p.healthP99Idle = append(p.p99Idle, float64(api.P99)), append(p.healthP99Idle, float64(health.P99))
 	p.rateIdle = append(p.rateIdle, okRate(api))
-	p.cpuIdle = append(p.cpuIdle, phaseCPU(t1-t0, api))
-	return otherCPU(c0, c1)
+	p.cpuIdle = append(p.cpuIdle, phaseCPU(ticks, api))
+	return other, steal
 }
 
 // floodPhase holds every slot of /legacy/reports with slow calls, checks that one more call gets
@@ -176,9 +176,7 @@ func (p *isoPeer) floodPhase(o options, round int, all []int) (other, steal floa
 	loads := append(p.measured(o, "flood"),
 		Load{Name: "flood", URL: base + "/legacy/reports?delay=1ms", Rate: o.floodRate, Workers: 16, Timeout: 5 * time.Second})
 	reportsBefore := p.up.Reports.Load()
-	c0, t0 := sampleCPU(all...), p.serverTicks()
-	rs := RunLoads(o.duration, loads...)
-	c1, t1 := sampleCPU(all...), p.serverTicks()
+	rs, ticks, other, steal, _ := runPhase(o.duration, all, p.pids, loads...)
 	// Every slot was held: no flood request may have reached the upstream.
 	p.leaked += p.up.Reports.Load() - reportsBefore
 	p.up.ReleaseReports()
@@ -189,14 +187,14 @@ func (p *isoPeer) floodPhase(o options, round int, all []int) (other, steal floa
 	p.apiFlood, p.healthFlood, p.flood, p.holders = append(p.apiFlood, rs[0]), append(p.healthFlood, rs[1]), append(p.flood, rs[2]), append(p.holders, hs)
 	p.p99Flood, p.healthP99Flood = append(p.p99Flood, float64(api.P99)), append(p.healthP99Flood, float64(health.P99))
 	p.rateFlood = append(p.rateFlood, okRate(api))
-	p.cpuFlood = append(p.cpuFlood, phaseCPU(t1-t0, api))
+	p.cpuFlood = append(p.cpuFlood, phaseCPU(ticks, api))
 	p.checks = append(p.checks,
 		check{fmt.Sprintf("%s round %d: all %d slots of /legacy/reports were held by slow calls", p.name, round, o.bulkhead), held},
 		check{fmt.Sprintf("%s round %d: one more call got 503 with Retry-After: 5 (got %d, Retry-After %q)", p.name, round, code, retryAfter),
 			code == http.StatusServiceUnavailable && retryAfter == "5"},
 		check{fmt.Sprintf("%s round %d: %s", p.name, round, p.releasedText), free})
 	p.notes = append(p.notes, fmt.Sprintf("flood %s", fl.ErrorsText()))
-	return otherCPU(c0, c1)
+	return other, steal
 }
 
 // isolation runs the scenario over -peers and reports every peer's figures side by side.

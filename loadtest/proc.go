@@ -152,3 +152,12 @@ func treeStatusBytes(pid int, field string) int64 {
 	}
 	return sum
 }
+
+// procTicksOf is procTicks summed over pids.
+func procTicksOf(pids []int) int64 {
+	var n int64
+	for _, pid := range pids {
+		n += procTicks(pid)
+	}
+	return n
+}
