@@ -25,17 +25,15 @@ LOG=${LOG:-0}
 PROXY_CPU=${PROXY_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 BASE_PORT=${BASE_PORT:-18380}
-case "$ROUNDS$DURATION$CONNECTIONS$LOG$BASE_PORT" in
-*[!0-9]*) echo "ab: ROUNDS, DURATION, CONNECTIONS, LOG and BASE_PORT must be integers" >&2; exit 2 ;;
-esac
+tmp_prefix=toron-ab
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
+need_ints ROUNDS DURATION CONNECTIONS LOG BASE_PORT
 for b in "$OLD" "$NEW"; do
 	[ -x "$b" ] || { echo "ab: $b is not an executable (make build makes bin/toron)" >&2; exit 2; }
 done
 
 bash scripts/install-bench-deps.sh
-tmp_prefix=toron-ab
-# shellcheck source=scripts/lib.sh
-source scripts/lib.sh
 
 UP_PORT=$BASE_PORT OLD_PORT=$((BASE_PORT + 1)) NEW_PORT=$((BASE_PORT + 2)) NGINX_PORT=$((BASE_PORT + 3))
 ports_free $UP_PORT $OLD_PORT $NEW_PORT $NGINX_PORT

@@ -24,9 +24,10 @@ TLS=${TLS:-1}
 BASE_PORT=${BASE_PORT:-18290}     # upstream, server under test: BASE_PORT, BASE_PORT+1
 OUT=${OUT:-out/bench-idle}
 
-case "$CONNS$DURATION$TLS" in
-*[!0-9]*) echo "bench-idle: CONNS, DURATION and TLS must be integers" >&2; exit 2 ;;
-esac
+tmp_prefix=toron-bench-idle
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
+need_ints CONNS DURATION TLS
 if [ "$CONNS" -lt 100 ] || [ "$CONNS" -gt 100000 ]; then
 	echo "bench-idle: CONNS must be 100..100000" >&2
 	exit 2
@@ -42,10 +43,6 @@ if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$need" ]; then
 	echo "bench-idle: $CONNS connections need $need open files per process; the hard limit here is $(ulimit -Hn)" >&2
 	exit 1
 fi
-
-tmp_prefix=toron-bench-idle
-# shellcheck source=scripts/lib.sh
-source scripts/lib.sh
 
 UP_PORT=$BASE_PORT
 PORT=$((BASE_PORT + 1))

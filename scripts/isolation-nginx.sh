@@ -26,9 +26,10 @@ DURATION=${DURATION:-5s}            # each idle and each flood phase (a Go durat
 ROUNDS=${ROUNDS:-9}
 OUT=${OUT:-out/loadtest}
 
-case "$ROUNDS" in
-'' | *[!0-9]*) echo "isolation-nginx: ROUNDS must be an integer" >&2; exit 2 ;;
-esac
+tmp_prefix=toron-isolation
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
+need_ints ROUNDS
 if ! [[ "$DURATION" =~ ^[0-9]+(ms|s|m)$ ]]; then
 	echo "isolation-nginx: DURATION must be a Go duration such as 5s" >&2
 	exit 2
@@ -41,10 +42,6 @@ for p in ${PEERS//,/ }; do
 done
 
 bash scripts/install-bench-deps.sh
-
-tmp_prefix=toron-isolation
-# shellcheck source=scripts/lib.sh
-source scripts/lib.sh
 
 build_bins
 

@@ -51,10 +51,13 @@ need_ints() {
 	for v in "$@"; do
 		case ${!v} in
 		*[!0-9]*)
+			if [ $# -eq 1 ]; then
+				echo "$bench_name: $1 must be an integer" >&2
+				exit 2
+			fi
 			names=$(printf '%s, ' "$@")
 			names=${names%, }
-			[ $# -gt 1 ] && names="${names%, *} and ${names##*, }"
-			echo "$bench_name: $names must be integers" >&2
+			echo "$bench_name: ${names%, *} and ${names##*, } must be integers" >&2
 			exit 2
 			;;
 		esac

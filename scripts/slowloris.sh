@@ -24,9 +24,10 @@ NGINX=${NGINX:-1}                 # 0: Toron only
 BASE_PORT=${BASE_PORT:-18190}     # upstream, toron, nginx: BASE_PORT .. BASE_PORT+2
 OUT=${OUT:-out/slowloris}
 
-case "$CONNECTIONS$RATE$FOLLOWUP$LENGTH" in
-*[!0-9]*) echo "slowloris: CONNECTIONS, RATE, FOLLOWUP and LENGTH must be integers" >&2; exit 2 ;;
-esac
+tmp_prefix=toron-slowloris
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
+need_ints CONNECTIONS RATE FOLLOWUP LENGTH
 if [ "$LENGTH" -lt 5 ] || [ "$LENGTH" -gt 300 ] || [ "$CONNECTIONS" -gt 20000 ]; then
 	echo "slowloris: LENGTH must be 5..300 seconds and CONNECTIONS at most 20000" >&2
 	exit 2
@@ -35,10 +36,6 @@ fi
 bash scripts/install-bench-deps.sh
 # slowhttptest needs a descriptor per connection.
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-
-tmp_prefix=toron-slowloris
-# shellcheck source=scripts/lib.sh
-source scripts/lib.sh
 
 UP_PORT=$BASE_PORT
 TORON_PORT=$((BASE_PORT + 1))
