@@ -18,6 +18,9 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
+// The slow-client scenario (SPEC 5): /api and /health measured idle, then while crowds of slow
+// clients attack the gateway, which must cut every one of them.
+//
 // A slow client is a raw connection doing one of three things the gateway must cut: dripping a
 // body, dripping headers, reading a large response slowly. Each attacker repeats its attack on a
 // new connection until the phase ends; one result is one connection: its latency is the time
