@@ -257,11 +257,16 @@ func (l *trackingListener) Accept() (net.Conn, error) {
 }
 
 // closeConns closes every open connection; the server's own Close of each one follows.
-func (l *trackingListener) closeConns() {
+func (l *trackingListener) closeConns() { l.closeConnsExcept(nil) }
+
+// closeConnsExcept closes every open connection but keep (nil: none kept).
+func (l *trackingListener) closeConnsExcept(keep net.Conn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for c := range l.conns {
-		_ = c.Conn.Close()
+		if net.Conn(c) != keep {
+			_ = c.Conn.Close()
+		}
 	}
 }
 

@@ -20,9 +20,6 @@ const (
 	// failoverStop is how long a stopped instance refuses connections: as long as passive
 	// health's first ejection (eject_time 30s), so both the failover and the return are seen.
 	failoverStop = 30 * time.Second
-	// failoverCutDelay lets the answer to the failover request leave before the stopped
-	// instance's open connections are cut (it may be the one that answered).
-	failoverCutDelay = 100 * time.Millisecond
 )
 
 // instanceOf names the API instance that received ctx, from the address it arrived on.
@@ -49,8 +46,8 @@ type failoverReply struct {
 }
 
 // serveFailover stops api-2 for failoverStop: its listener closes (new connections are
-// refused) and its open connections are cut, as when an instance crashes; then it listens on
-// the same port again. Either instance may receive the request.
+// refused) and its open connections are cut before the answer leaves, as when an instance
+// crashes; then it listens on the same port again. Either instance may receive the request.
 func (u *Upstreams) serveFailover(ctx *fasthttp.RequestCtx) {
 	if !ctx.IsPost() {
 		ctx.Response.Header.Set("Allow", "POST")
@@ -71,15 +68,15 @@ func (u *Upstreams) serveFailover(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusConflict, err.Error())
 		return
 	}
-	u.wg.Go(func() {
-		t := time.NewTimer(failoverCutDelay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			srv.ln.closeConns()
-		case <-u.done:
-		}
-	})
+	// The open connections are cut now, as a crash would, so that the very next request through
+	// the gateway already finds api-2 gone; when api-2 itself received this request, its own
+	// connection closes after this answer instead (Connection: close).
+	var keep net.Conn
+	if u.instanceOf(ctx) == instanceAPI2 {
+		keep = ctx.Conn()
+		ctx.SetConnectionClose()
+	}
+	srv.ln.closeConnsExcept(keep)
 	writeJSON(ctx, fasthttp.StatusOK, failoverReply{Stopped: instanceAPI2, For: failoverStop.String(), AnsweredBy: u.instanceOf(ctx)})
 }
 

@@ -1,6 +1,8 @@
 package demo
 
 import (
+	"bufio"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -73,6 +75,46 @@ func TestFailoverStopsAPI2(t *testing.T) {
 	// api-1 is untouched.
 	if status, _, _ := do(t, c, newRequest(t, http.MethodGet, "http://"+u.API+"/api/users", nil)); status != http.StatusOK {
 		t.Errorf("api-1 answered %d during the failover", status)
+	}
+}
+
+// TestFailoverAnsweredByAPI2: when api-2 itself receives the failover request, its answer
+// arrives whole, marked Connection: close, and then that connection ends; another open
+// connection of api-2 is cut.
+func TestFailoverAnsweredByAPI2(t *testing.T) {
+	u := startUpstreams(t)
+	other := testnet.Dial(t, u.API2)
+	if _, err := other.Write([]byte("GET /api/x HTTP/1.1\r\nHost: demo\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := http.ReadResponse(bufio.NewReader(other), nil); err != nil {
+		t.Fatal(err)
+	}
+	self := testnet.Dial(t, u.API2)
+	if _, err := self.Write([]byte("POST " + failoverPath + " HTTP/1.1\r\nHost: demo\r\nContent-Length: 0\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = self.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(self)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("the failover's answer from api-2: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("the failover's answer body: %v", err)
+	}
+	var got failoverReply
+	decode(t, body, &got)
+	if resp.StatusCode != http.StatusOK || !resp.Close || got != (failoverReply{Stopped: "api-2", For: "30s", AnsweredBy: "api-2"}) {
+		t.Fatalf("POST %s to api-2: %d close=%v %s", failoverPath, resp.StatusCode, resp.Close, body)
+	}
+	if n, err := br.Read(make([]byte, 1)); err == nil {
+		t.Fatalf("api-2's connection stays open after its failover answer (%d bytes more)", n)
+	}
+	_ = other.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := other.Read(make([]byte, 1)); err == nil {
+		t.Fatalf("api-2's other connection still reads (%d bytes)", n)
 	}
 }
 
