@@ -77,8 +77,9 @@ type ForwardAuth struct {
 	Timeout time.Duration `json:"timeout"`
 	// MaxConcurrency bounds the calls in flight; default DefaultForwardAuthMaxConcurrency.
 	MaxConcurrency int `json:"max_concurrency"`
-	// RequestHeaders are copied from the request to the subrequest.
-	RequestHeaders []string `json:"request_headers,omitempty"`
+	// RequestHeaders are copied from the request to the subrequest; default
+	// DefaultForwardAuthRequestHeaders (the credentials an auth service reads), [] for none.
+	RequestHeaders []string `json:"request_headers"`
 	// UpstreamHeaders are copied from a 2xx answer to the upstream request.
 	UpstreamHeaders []string `json:"upstream_headers,omitempty"`
 }
@@ -113,6 +114,13 @@ const (
 	// minJWKSRefresh keeps jwks_refresh from turning into a flood against the IdP.
 	minJWKSRefresh = 10 * time.Second
 )
+
+// DefaultForwardAuthRequestHeaders are the request headers forward auth sends when
+// request_headers is not set: the credentials an auth service reads (a bearer token, a session
+// cookie), as SPEC 19 writes the block. nginx's auth_request and Traefik's forwardAuth send every
+// header; Toron sends only what is named, so a route's other headers never leave for the auth
+// service unasked.
+var DefaultForwardAuthRequestHeaders = []string{"Authorization", "Cookie"}
 
 // JWTAlgorithms are the JWS algorithms algorithms may list. "none" is never one, and an HMAC
 // algorithm only verifies with a JWKS key of kty "oct", never with a public key.
@@ -203,7 +211,8 @@ func decodeAuth(v any) (*Auth, error) {
 			if err != nil {
 				return nil, err
 			}
-			f := &ForwardAuth{Timeout: DefaultForwardAuthTimeout, MaxConcurrency: DefaultForwardAuthMaxConcurrency}
+			f := &ForwardAuth{Timeout: DefaultForwardAuthTimeout, MaxConcurrency: DefaultForwardAuthMaxConcurrency,
+				RequestHeaders: slices.Clone(DefaultForwardAuthRequestHeaders)}
 			setString(vals, "url", &f.URL)
 			setDuration(vals, "timeout", &f.Timeout)
 			setInt(vals, "max_concurrency", &f.MaxConcurrency)

@@ -3,6 +3,7 @@ package conf
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +41,8 @@ func TestAuthKeysResolve(t *testing.T) {
 		`type: upstream, prefix: /u, target: "http://127.0.0.1:9001", auth: {jwt: {jwks_url: "https://idp.test/jwks", algorithms: [RS256], forward_token: false}}`,
 		`type: upstream, prefix: /d, target: "http://127.0.0.1:9001", auth: default`,
 		`type: upstream, prefix: /open, target: "http://127.0.0.1:9001"`,
+		`type: upstream, prefix: /fnone, target: "http://127.0.0.1:9001", auth: {forward: {url: "http://127.0.0.1:9100/", request_headers: []}}`,
+		`type: upstream, prefix: /fsome, target: "http://127.0.0.1:9001", auth: {forward: {url: "http://127.0.0.1:9100/", request_headers: [X-Api-Key]}}`,
 	)
 	cfg := mustLoad(t, config, routes)
 	b := findRoute(t, cfg, "/b").Effective
@@ -55,8 +58,16 @@ func TestAuthKeysResolve(t *testing.T) {
 		t.Errorf("/u: %+v", u)
 	}
 	d := findRoute(t, cfg, "/d").Effective.Auth
-	if d == nil || !d.Default || d.Forward == nil || d.Forward.Timeout != 2*time.Second || d.Forward.MaxConcurrency != 64 {
+	if d == nil || !d.Default || d.Forward == nil || d.Forward.Timeout != 2*time.Second || d.Forward.MaxConcurrency != 64 ||
+		!slices.Equal(d.Forward.RequestHeaders, []string{"Authorization", "Cookie"}) {
 		t.Errorf("/d: %+v", d)
+	}
+	// request_headers: [] sends none; a list replaces the default.
+	if f := findRoute(t, cfg, "/fnone").Effective.Auth.Forward; len(f.RequestHeaders) != 0 {
+		t.Errorf("/fnone: request_headers %q, want none", f.RequestHeaders)
+	}
+	if f := findRoute(t, cfg, "/fsome").Effective.Auth.Forward; !slices.Equal(f.RequestHeaders, []string{"X-Api-Key"}) {
+		t.Errorf("/fsome: request_headers %q", f.RequestHeaders)
 	}
 	if o := findRoute(t, cfg, "/open").Effective; o.Auth != nil || o.Access != nil {
 		t.Errorf("/open: %+v %+v", o.Auth, o.Access)
@@ -65,7 +76,7 @@ func TestAuthKeysResolve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"users_file": "` + users, `"leeway": "30s"`, `"timeout": "2s"`, `"default": true`, `"auth_defaults"`, `"jwks_refresh": "5m"`} {
+	for _, want := range []string{`"users_file": "` + users, `"leeway": "30s"`, `"timeout": "2s"`, `"request_headers": [`, `"Cookie"`, `"default": true`, `"auth_defaults"`, `"jwks_refresh": "5m"`} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("-check output lacks %s", want)
 		}

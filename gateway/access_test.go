@@ -228,6 +228,8 @@ func authService(t *testing.T, mode *atomic.Value) string {
 			io.WriteString(w, "to the login page")
 		default:
 			w.Header().Set("X-User", "alice:"+r.Header.Get("X-Forwarded-Method")+":"+r.Header.Get("X-Forwarded-Host")+":"+r.Header.Get("X-Forwarded-Proto"))
+			// The request headers the service was sent, for the checks of request_headers.
+			w.Header().Set("X-Auth-Saw", "Authorization="+r.Header.Get("Authorization")+";Cookie="+r.Header.Get("Cookie")+";X-Other="+r.Header.Get("X-Other"))
 			w.WriteHeader(200)
 		}
 	})})
@@ -238,11 +240,21 @@ func TestForwardAuthRoute(t *testing.T) {
 	var mode atomic.Value
 	mode.Store("ok")
 	svc := authService(t, &mode)
-	gw := startGateway(t, "", upstreamRoute("/f", up.addr, fmt.Sprintf("auth: {forward: {url: \"http://%s/verify\", timeout: 300ms, upstream_headers: [X-User]}}", svc))+
+	gw := startGateway(t, "", upstreamRoute("/f", up.addr, fmt.Sprintf("auth: {forward: {url: \"http://%s/verify\", timeout: 300ms, upstream_headers: [X-User, X-Auth-Saw]}}", svc))+
+		upstreamRoute("/fnone", up.addr, fmt.Sprintf("auth: {forward: {url: \"http://%s/verify\", request_headers: [], upstream_headers: [X-Auth-Saw]}}", svc))+
 		upstreamRoute("/api", up.addr, ""))
-	resp, _ := authGet(t, gw.addr, "/f/x", "X-User", "forged")
+	resp, _ := authGet(t, gw.addr, "/f/x", "X-User", "forged", "Authorization", "Bearer t1", "Cookie", "s=1", "X-Other", "o")
 	if resp.StatusCode != 200 || up.lastRequest().Header.Get("X-User") != "alice:GET:"+gw.addr+":http" {
 		t.Errorf("admitted: %d X-User %q", resp.StatusCode, up.lastRequest().Header.Values("X-User"))
+	}
+	// By default the service is sent the credentials (Authorization, Cookie) and nothing else
+	// of the request's; request_headers: [] sends none.
+	if saw := up.lastRequest().Header.Get("X-Auth-Saw"); saw != "Authorization=Bearer t1;Cookie=s=1;X-Other=" {
+		t.Errorf("the auth service was sent %q, want Authorization and Cookie only", saw)
+	}
+	authGet(t, gw.addr, "/fnone/x", "Authorization", "Bearer t1", "Cookie", "s=1")
+	if saw := up.lastRequest().Header.Get("X-Auth-Saw"); saw != "Authorization=;Cookie=;X-Other=" {
+		t.Errorf("request_headers: []: the auth service was sent %q, want none", saw)
 	}
 	mode.Store("login")
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
