@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -150,7 +151,11 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	cfg, err := load()
 	if err != nil {
-		fmt.Fprintf(stderr, "toron: invalid configuration:\n%v\n", err)
+		// One line per error, each saying what is wrong (SPEC 1), so that the first line read,
+		// or a log collector's single line, is never a bare header.
+		for line := range strings.SplitSeq(strings.TrimSpace(err.Error()), "\n") {
+			fmt.Fprintf(stderr, "toron: invalid configuration: %s\n", strings.TrimSpace(line))
+		}
 		return exitConfig
 	}
 	for _, w := range cfg.Warnings {

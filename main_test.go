@@ -101,6 +101,12 @@ func TestCheckInvalidConfigExits2(t *testing.T) {
 		if !strings.Contains(stderr, tc.names) {
 			t.Errorf("%s: the error does not name %s: %s", tc.config, tc.names, stderr)
 		}
+		// One clear line per error (SPEC 1): each line names what is wrong, none is a bare header.
+		for _, line := range strings.Split(strings.TrimSpace(stderr), "\n") {
+			if !strings.HasPrefix(line, "toron: invalid configuration: ") || len(line) <= len("toron: invalid configuration: ") {
+				t.Errorf("%s: stderr line %q is not one error on one line", tc.config, line)
+			}
+		}
 	}
 }
 
