@@ -52,6 +52,10 @@ type exchange struct {
 	bodyAnnounced bool
 	chunked       bool
 	asterisk      bool // OPTIONS *
+	// trafficWritten: a traffic rule's answer is already in the response (writeTraffic).
+	trafficWritten bool
+	// localWritten: the answer of a gateway path is already in the response (serveLocal).
+	localWritten bool
 
 	holdsRoute  bool
 	holdsBudget bool
@@ -136,6 +140,8 @@ func (x *exchange) begin(g *Gateway, ctx *fasthttp.RequestCtx) {
 	x.bodyAnnounced = false
 	x.chunked = false
 	x.asterisk = false
+	x.trafficWritten = false
+	x.localWritten = false
 	x.status = 0
 	x.reason = reasonNone
 	x.bytesIn = 0

@@ -54,8 +54,21 @@ func (g *Gateway) onHeaders(h *fasthttp.RequestHeader) (rc fasthttp.RequestConfi
 	srv := &x.snap.cfg.Server
 	cc.bodyPhase = false
 	cc.writeWin.Carry(srv.WriteTimeout, srv.MinProgressBytes)
+	if x.local != localNone && x.bodyAnnounced {
+		// /health or /metrics with a body announced: answered from the headers, with
+		// Connection: close, and the body never read nor waited for (SPEC 3), as a rejection.
+		g.serveLocal(ctx, x)
+		cc.linger.Store(true)
+		return fasthttp.RequestConfig{ReadTimeout: preReadFailFast}
+	}
 	if x.rej != nil {
 		if x.bodyAnnounced {
+			if x.rej.traffic {
+				// A redirect's Location and a preflight's CORS headers come from the request's
+				// headers, and fasthttp resets the request when the pre-read we cut fails,
+				// before onError writes the answer: it is written now, while they are there.
+				g.writeTraffic(ctx, x, x.rej)
+			}
 			cc.linger.Store(true)
 			return fasthttp.RequestConfig{ReadTimeout: preReadFailFast}
 		}
@@ -141,6 +154,9 @@ func (g *Gateway) decide(h *fasthttp.RequestHeader, x *exchange) {
 
 	// Step 4: route.
 	i := snap.table.match(h.Host(), h.Method(), x.path)
+	if h.IsOptions() {
+		i = preflightRoute(snap, h, x.path, i)
+	}
 	if i < 0 {
 		x.reject(rejNoRoute)
 		return
@@ -226,7 +242,10 @@ func (g *Gateway) onExpect(ctx *fasthttp.RequestCtx) int {
 	x := connOf(ctx).ex()
 	if x.rej != nil {
 		g.writeRejection(ctx, x, x.rej)
-		return x.rej.status
+		return x.status // a redirect's is its route's status, not its rejection's default
+	}
+	if x.localWritten {
+		return ctx.Response.StatusCode() // no 100 Continue for the gateway's own paths
 	}
 	return fasthttp.StatusContinue
 }
@@ -238,6 +257,8 @@ func (g *Gateway) onError(ctx *fasthttp.RequestCtx, err error) {
 	cc := connOf(ctx)
 	x := cc.ex()
 	switch {
+	case x.active.Load() && x.localWritten:
+		// The pre-read we cut after answering /health or /metrics from the headers.
 	case x.active.Load() && x.rej != nil:
 		g.writeRejection(ctx, x, x.rej)
 	case x.active.Load():
@@ -308,16 +329,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		g.writeRejection(ctx, x, x.rej)
 		x.finish()
 	case x.local != localNone:
-		if x.local == localHealth {
-			g.serveHealth(ctx)
-		} else {
-			g.serveMetrics(ctx)
-		}
-		if x.bodyAnnounced {
-			// Nobody reads a body sent to the gateway's own paths; fasthttp's lenient chunked
-			// decoder must not parse it to find the next request.
-			ctx.SetConnectionClose()
-		}
+		g.serveLocal(ctx, x)
 		x.finish()
 	case x.ws.upgrade:
 		g.tunnel(ctx, cc, x)
@@ -384,6 +396,25 @@ var (
 	healthOK          = []byte(`{"status":"ok"}`)
 	healthDraining    = []byte(`{"status":"draining"}`)
 )
+
+// serveLocal answers the gateway's own paths, once per request: from the header hook when a
+// body was announced (it is never read), else from the handler.
+func (g *Gateway) serveLocal(ctx *fasthttp.RequestCtx, x *exchange) {
+	if x.localWritten {
+		return
+	}
+	x.localWritten = true
+	if x.local == localHealth {
+		g.serveHealth(ctx)
+	} else {
+		g.serveMetrics(ctx)
+	}
+	if x.bodyAnnounced {
+		// Nobody reads a body sent to the gateway's own paths; fasthttp's lenient chunked
+		// decoder must not parse it to find the next request.
+		ctx.SetConnectionClose()
+	}
+}
 
 func (g *Gateway) serveHealth(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.SetContentTypeBytes(contentTypeJSON)

@@ -85,6 +85,31 @@ func TestTier1BeforeBody(t *testing.T) {
 	}
 }
 
+// TestGatewayPathsBeforeBody: /health and /metrics with a declared body that never comes are
+// answered from the headers, at once, with Connection: close and no 100 Continue, as any
+// answer given before the body (SPEC 3); the connection closes without reading it.
+func TestGatewayPathsBeforeBody(t *testing.T) {
+	gw, up := startProxied(t, "", "/api", nil)
+	for _, path := range []string{"/health", "/metrics"} {
+		for _, expect := range []bool{false, true} {
+			resp, elapsed := headersOnly(t, gw.addr, path, 10, expect)
+			if resp.StatusCode != 200 || !resp.closed {
+				t.Fatalf("%s expect=%v: %d closed=%v %.80s", path, expect, resp.StatusCode, resp.closed, resp.body)
+			}
+			if path == "/health" && string(resp.body) != `{"status":"ok"}` || path == "/metrics" && !strings.Contains(string(resp.body), "toron_workers_max") {
+				t.Errorf("%s expect=%v: body %.80s", path, expect, resp.body)
+			}
+			// read_timeout is 5s: an answer that waited for body bytes would take that long.
+			if elapsed > time.Second {
+				t.Errorf("%s expect=%v: answered after %v", path, expect, elapsed)
+			}
+		}
+	}
+	if up.conns.Load() != 0 {
+		t.Errorf("upstream dialed")
+	}
+}
+
 func TestExpectContinueAccepted(t *testing.T) {
 	gw, _ := startProxied(t, "", "/api", nil)
 	c := dialRaw(t, gw.addr)

@@ -114,6 +114,23 @@ func (x *exchange) answerPreflight(h *fasthttp.RequestHeader, t *trafficRules) b
 	return true
 }
 
+// preflightRoute is the route of an OPTIONS request, matched as i: a CORS preflight (with
+// Origin and Access-Control-Request-Method) asks about the actual request, so the route that
+// would take that request answers it when it has cors, even when it is restricted to methods
+// that do not include OPTIONS. Otherwise the OPTIONS request is routed as any other.
+func preflightRoute(snap *snapshot, h *fasthttp.RequestHeader, path []byte, i int) int {
+	m := h.PeekCanonical(hdrACRequestMethod)
+	if len(m) == 0 || len(h.PeekCanonical(hdrOrigin)) == 0 {
+		return i
+	}
+	if j := snap.table.match(h.Host(), m, path); j >= 0 {
+		if t := snap.routes[j].traffic; t != nil && t.cors != nil {
+			return j
+		}
+	}
+	return i
+}
+
 // schemeHTTPS reports whether the request came over https: the listener's scheme, or the
 // X-Forwarded-Proto of a trusted proxy (SPEC 16), so that behind a TLS-terminating balancer
 // https_only does not redirect forever.
@@ -127,8 +144,14 @@ func (x *exchange) schemeHTTPS() bool {
 	return bytes.Equal(x.g.proto, protoHTTPS)
 }
 
-// writeTraffic writes the answer of a traffic rule; writeRejection calls it for them.
+// writeTraffic writes the answer of a traffic rule; writeRejection calls it for them, and
+// onHeaders, for a request that announced a body, before fasthttp resets the request. It
+// writes once per request.
 func (g *Gateway) writeTraffic(ctx *fasthttp.RequestCtx, x *exchange, r *rejection) {
+	if x.trafficWritten {
+		return
+	}
+	x.trafficWritten = true
 	h := &ctx.Response.Header
 	switch r {
 	case ansRedirect:
