@@ -56,6 +56,10 @@ type exchange struct {
 	trafficWritten bool
 	// localWritten: the answer of a gateway path is already in the response (serveLocal).
 	localWritten bool
+	// rejOrigin is the request's Origin kept for a rejection written after fasthttp reset the
+	// request (a body announced: onError); rejOriginKept says it is set (writeRejection).
+	rejOrigin     []byte
+	rejOriginKept bool
 
 	holdsRoute  bool
 	holdsBudget bool
@@ -142,6 +146,8 @@ func (x *exchange) begin(g *Gateway, ctx *fasthttp.RequestCtx) {
 	x.asterisk = false
 	x.trafficWritten = false
 	x.localWritten = false
+	x.rejOrigin = x.rejOrigin[:0]
+	x.rejOriginKept = false
 	x.status = 0
 	x.reason = reasonNone
 	x.bytesIn = 0

@@ -68,6 +68,10 @@ func (g *Gateway) onHeaders(h *fasthttp.RequestHeader) (rc fasthttp.RequestConfi
 				// headers, and fasthttp resets the request when the pre-read we cut fails,
 				// before onError writes the answer: it is written now, while they are there.
 				g.writeTraffic(ctx, x, x.rej)
+			} else if x.route != nil && x.route.traffic != nil && x.route.traffic.cors != nil {
+				// For the same reason the CORS headers of the rejection keep the Origin now.
+				x.rejOrigin = append(x.rejOrigin[:0], h.PeekCanonical(hdrOrigin)...)
+				x.rejOriginKept = true
 			}
 			cc.linger.Store(true)
 			return fasthttp.RequestConfig{ReadTimeout: preReadFailFast}
@@ -357,6 +361,15 @@ func (g *Gateway) writeRejection(ctx *fasthttp.RequestCtx, x *exchange, r *rejec
 		ctx.Response.Header.SetCanonical(headerRetryAfter, x.retryAfter) // SPEC 17: until a token is back
 	}
 	writeAuthHeaders(ctx, x, r) // a challenge, Retry-After: 1, a relayed answer's headers (access.go)
+	if x.route != nil && x.route.traffic != nil && x.route.traffic.cors != nil {
+		// A browser reads Toron's own answers (401, 403, 413, 429, 502, ...) on a cors route
+		// only with the CORS headers, as it reads the upstream's (SPEC 20).
+		origin := x.rejOrigin
+		if !x.rejOriginKept {
+			origin = ctx.Request.Header.PeekCanonical(hdrOrigin)
+		}
+		x.route.traffic.cors.actualFor(&ctx.Response.Header, origin)
+	}
 	if len(x.reqID) > 0 {
 		ctx.Response.Header.SetCanonical(headerRequestID, x.reqID)
 	}

@@ -544,10 +544,15 @@ func (c *corsRules) allowedOrigin(origin []byte) []byte {
 // bytes: SetCanonical and PeekCanonical skip the copy and normalisation of fasthttp's other
 // setters.
 func (c *corsRules) actual(h *fasthttp.ResponseHeader, req *fasthttp.RequestHeader) {
+	c.actualFor(h, req.PeekCanonical(hdrOrigin))
+}
+
+// actualFor is actual for the request's Origin value origin.
+func (c *corsRules) actualFor(h *fasthttp.ResponseHeader, origin []byte) {
 	if !c.anyOrigin {
 		h.AddBytesKV(hdrVary, hdrOrigin)
 	}
-	allow := c.allowedOrigin(req.PeekCanonical(hdrOrigin))
+	allow := c.allowedOrigin(origin)
 	if allow == nil {
 		return
 	}

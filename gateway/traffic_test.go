@@ -203,6 +203,7 @@ func TestCORS(t *testing.T) {
 		upstreamRoute("/pub", u.addr, `cors: {allow_origins: ["*"]}`)+
 		upstreamRoute("/m", u.addr, "methods: [GET, POST]\ncors: {allow_origins: [\"https://app.example.com\"]}")+
 		upstreamRoute("/nocors", u.addr, "methods: [GET]")+
+		upstreamRoute("/down", refusedAddr(t), `cors: {allow_origins: ["https://app.example.com"]}`)+
 		upstreamRoute("/", u.addr, ""))
 	pre := "OPTIONS /api/items HTTP/1.1\r\nHost: a\r\nOrigin: https://App.example.com\r\nAccess-Control-Request-Method: PUT\r\nAccess-Control-Request-Headers: content-type\r\n\r\n"
 	rr := rawRequest(t, gw.addr, pre)
@@ -254,6 +255,21 @@ func TestCORS(t *testing.T) {
 	rr = rawRequest(t, gw.addr, "OPTIONS /api/items HTTP/1.1\r\nHost: a\r\nOrigin: https://app.example.com\r\n\r\n")
 	if rr.StatusCode != 200 || rr.Header.Get("X-Echo-Method") != "OPTIONS" {
 		t.Fatalf("plain OPTIONS: %d %v", rr.StatusCode, rr.Header)
+	}
+	// Toron's own answers on a cors route carry the CORS headers too, so that a browser can
+	// read them: a 413 decided from the headers with the body never read (the request is reset
+	// by then), and a 502 written by the handler.
+	rr = rawRequest(t, gw.addr, "POST /api/up HTTP/1.1\r\nHost: a\r\nOrigin: https://app.example.com\r\nContent-Length: 99999999\r\n\r\n")
+	if rr.StatusCode != 413 || rr.Header.Get("Access-Control-Allow-Origin") != "https://app.example.com" || rr.Header.Get("Vary") != "Origin" || !rr.closed {
+		t.Fatalf("413 on a cors route: %d closed %v %v", rr.StatusCode, rr.closed, rr.Header)
+	}
+	rr = rawRequest(t, gw.addr, "GET /down/x HTTP/1.1\r\nHost: a\r\nOrigin: https://app.example.com\r\n\r\n")
+	if rr.StatusCode != 502 || rr.Header.Get("Access-Control-Allow-Origin") != "https://app.example.com" || rr.Header.Get("Vary") != "Origin" {
+		t.Fatalf("502 on a cors route: %d %v", rr.StatusCode, rr.Header)
+	}
+	rr = rawRequest(t, gw.addr, "GET /down/x HTTP/1.1\r\nHost: a\r\nOrigin: https://evil.example\r\n\r\n")
+	if rr.StatusCode != 502 || rr.Header.Get("Access-Control-Allow-Origin") != "" || rr.Header.Get("Vary") != "Origin" {
+		t.Fatalf("502 on a cors route, another origin: %d %v", rr.StatusCode, rr.Header)
 	}
 	rr = rawRequest(t, gw.addr, "GET /pub HTTP/1.1\r\nHost: a\r\nOrigin: https://any.example\r\n\r\n")
 	if rr.Header.Get("Access-Control-Allow-Origin") != "*" || rr.Header.Get("Access-Control-Allow-Credentials") != "" {
