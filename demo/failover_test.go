@@ -41,14 +41,8 @@ func TestTwoAPIInstances(t *testing.T) {
 func TestFailoverStopsAPI2(t *testing.T) {
 	u := startUpstreams(t)
 	// A keep-alive connection to api-2 that the stop must cut, as a crash would.
-	held := testnet.Dial(t, u.API2)
-	if _, err := held.Write([]byte("GET /api/x HTTP/1.1\r\nHost: demo\r\n\r\n")); err != nil {
-		t.Fatal(err)
-	}
+	held := keptAliveConn(t, u.API2)
 	buf := make([]byte, 4096)
-	if _, err := held.Read(buf); err != nil {
-		t.Fatal(err)
-	}
 
 	c := &http.Client{Timeout: 10 * time.Second}
 	if status, _, _ := do(t, c, newRequest(t, http.MethodGet, "http://"+u.API+failoverPath, nil)); status != http.StatusMethodNotAllowed {
@@ -83,13 +77,7 @@ func TestFailoverStopsAPI2(t *testing.T) {
 // connection of api-2 is cut.
 func TestFailoverAnsweredByAPI2(t *testing.T) {
 	u := startUpstreams(t)
-	other := testnet.Dial(t, u.API2)
-	if _, err := other.Write([]byte("GET /api/x HTTP/1.1\r\nHost: demo\r\n\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := http.ReadResponse(bufio.NewReader(other), nil); err != nil {
-		t.Fatal(err)
-	}
+	other := keptAliveConn(t, u.API2)
 	self := testnet.Dial(t, u.API2)
 	if _, err := self.Write([]byte("POST " + failoverPath + " HTTP/1.1\r\nHost: demo\r\nContent-Length: 0\r\n\r\n")); err != nil {
 		t.Fatal(err)
@@ -116,6 +104,23 @@ func TestFailoverAnsweredByAPI2(t *testing.T) {
 	if n, err := other.Read(make([]byte, 1)); err == nil {
 		t.Fatalf("api-2's other connection still reads (%d bytes)", n)
 	}
+}
+
+// keptAliveConn is a keep-alive connection to addr that has had one request answered.
+func keptAliveConn(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c := testnet.Dial(t, addr)
+	if _, err := c.Write([]byte("GET /api/x HTTP/1.1\r\nHost: demo\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func TestPausedListenerResumes(t *testing.T) {
