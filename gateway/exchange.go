@@ -52,14 +52,9 @@ type exchange struct {
 	bodyAnnounced bool
 	chunked       bool
 	asterisk      bool // OPTIONS *
-	// trafficWritten: a traffic rule's answer is already in the response (writeTraffic).
-	trafficWritten bool
-	// localWritten: the answer of a gateway path is already in the response (serveLocal).
-	localWritten bool
-	// rejOrigin is the request's Origin kept for a rejection written after fasthttp reset the
-	// request (a body announced: onError); rejOriginKept says it is set (writeRejection).
-	rejOrigin     []byte
-	rejOriginKept bool
+	// answered: the gateway's own answer (a rejection, a traffic rule's, /health or /metrics)
+	// is in the response; writeRejection and serveLocal write once per request.
+	answered bool
 
 	holdsRoute  bool
 	holdsBudget bool
@@ -144,10 +139,7 @@ func (x *exchange) begin(g *Gateway, ctx *fasthttp.RequestCtx) {
 	x.bodyAnnounced = false
 	x.chunked = false
 	x.asterisk = false
-	x.trafficWritten = false
-	x.localWritten = false
-	x.rejOrigin = x.rejOrigin[:0]
-	x.rejOriginKept = false
+	x.answered = false
 	x.status = 0
 	x.reason = reasonNone
 	x.bytesIn = 0

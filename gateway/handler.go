@@ -43,6 +43,8 @@ func (g *Gateway) onHeaders(h *fasthttp.RequestHeader) (rc fasthttp.RequestConfi
 		// connection closes (the hook runs outside the handler's recover).
 		if p := recover(); p != nil {
 			g.log.Error("panic in the header hook", zap.Any("panic", p))
+			ctx.Response.Reset() // an answer may have been half written (below)
+			x.answered = false
 			x.reject(rejInternal)
 			x.bodyAnnounced = true
 			cc.linger.Store(true)
@@ -54,28 +56,20 @@ func (g *Gateway) onHeaders(h *fasthttp.RequestHeader) (rc fasthttp.RequestConfi
 	srv := &x.snap.cfg.Server
 	cc.bodyPhase = false
 	cc.writeWin.Carry(srv.WriteTimeout, srv.MinProgressBytes)
-	if x.local != localNone && x.bodyAnnounced {
-		// /health or /metrics with a body announced: answered from the headers, with
-		// Connection: close, and the body never read nor waited for (SPEC 3), as a rejection.
-		g.serveLocal(ctx, x)
+	if x.bodyAnnounced && (x.rej != nil || x.local != localNone) {
+		// Answered from the headers, with Connection: close, the body never read nor waited
+		// for (SPEC 3). The answer is written now: fasthttp resets the request when the
+		// pre-read we cut fails, before onError, and an answer may read the request's headers
+		// (a redirect's Location, the CORS headers).
+		if x.rej != nil {
+			g.writeRejection(ctx, x, x.rej)
+		} else {
+			g.serveLocal(ctx, x)
+		}
 		cc.linger.Store(true)
 		return fasthttp.RequestConfig{ReadTimeout: preReadFailFast}
 	}
 	if x.rej != nil {
-		if x.bodyAnnounced {
-			if x.rej.traffic {
-				// A redirect's Location and a preflight's CORS headers come from the request's
-				// headers, and fasthttp resets the request when the pre-read we cut fails,
-				// before onError writes the answer: it is written now, while they are there.
-				g.writeTraffic(ctx, x, x.rej)
-			} else if x.route != nil && x.route.traffic != nil && x.route.traffic.cors != nil {
-				// For the same reason the CORS headers of the rejection keep the Origin now.
-				x.rejOrigin = append(x.rejOrigin[:0], h.PeekCanonical(hdrOrigin)...)
-				x.rejOriginKept = true
-			}
-			cc.linger.Store(true)
-			return fasthttp.RequestConfig{ReadTimeout: preReadFailFast}
-		}
 		return fasthttp.RequestConfig{}
 	}
 	if x.route != nil {
@@ -248,7 +242,7 @@ func (g *Gateway) onExpect(ctx *fasthttp.RequestCtx) int {
 		g.writeRejection(ctx, x, x.rej)
 		return x.status // a redirect's is its route's status, not its rejection's default
 	}
-	if x.localWritten {
+	if x.answered {
 		return ctx.Response.StatusCode() // no 100 Continue for the gateway's own paths
 	}
 	return fasthttp.StatusContinue
@@ -261,8 +255,8 @@ func (g *Gateway) onError(ctx *fasthttp.RequestCtx, err error) {
 	cc := connOf(ctx)
 	x := cc.ex()
 	switch {
-	case x.active.Load() && x.localWritten:
-		// The pre-read we cut after answering /health or /metrics from the headers.
+	case x.active.Load() && x.answered:
+		// The pre-read we cut after answering from the headers (onHeaders).
 	case x.active.Load() && x.rej != nil:
 		g.writeRejection(ctx, x, x.rej)
 	case x.active.Load():
@@ -320,6 +314,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 			g.log.Error("panic in request handler", zap.Any("panic", p), zap.ByteString("request_id", x.reqID))
 			x.reject(rejInternal)
 			ctx.Response.Reset()
+			x.answered = false // whatever was written is gone
 			g.writeRejection(ctx, x, rejInternal)
 			ctx.SetConnectionClose()
 			x.finish()
@@ -345,6 +340,10 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 
 // writeRejection writes one of the gateway's own answers.
 func (g *Gateway) writeRejection(ctx *fasthttp.RequestCtx, x *exchange, r *rejection) {
+	if x.answered {
+		return // written from the header hook (onHeaders)
+	}
+	x.answered = true
 	if r.traffic {
 		g.writeTraffic(ctx, x, r) // redirects and CORS preflights (traffic.go)
 		return
@@ -364,11 +363,7 @@ func (g *Gateway) writeRejection(ctx *fasthttp.RequestCtx, x *exchange, r *rejec
 	if x.route != nil && x.route.traffic != nil && x.route.traffic.cors != nil {
 		// A browser reads Toron's own answers (401, 403, 413, 429, 502, ...) on a cors route
 		// only with the CORS headers, as it reads the upstream's (SPEC 20).
-		origin := x.rejOrigin
-		if !x.rejOriginKept {
-			origin = ctx.Request.Header.PeekCanonical(hdrOrigin)
-		}
-		x.route.traffic.cors.actualFor(&ctx.Response.Header, origin)
+		x.route.traffic.cors.actual(&ctx.Response.Header, &ctx.Request.Header)
 	}
 	if len(x.reqID) > 0 {
 		ctx.Response.Header.SetCanonical(headerRequestID, x.reqID)
@@ -413,10 +408,10 @@ var (
 // serveLocal answers the gateway's own paths, once per request: from the header hook when a
 // body was announced (it is never read), else from the handler.
 func (g *Gateway) serveLocal(ctx *fasthttp.RequestCtx, x *exchange) {
-	if x.localWritten {
+	if x.answered {
 		return
 	}
-	x.localWritten = true
+	x.answered = true
 	if x.local == localHealth {
 		g.serveHealth(ctx)
 	} else {

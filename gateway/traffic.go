@@ -144,14 +144,8 @@ func (x *exchange) schemeHTTPS() bool {
 	return bytes.Equal(x.g.proto, protoHTTPS)
 }
 
-// writeTraffic writes the answer of a traffic rule; writeRejection calls it for them, and
-// onHeaders, for a request that announced a body, before fasthttp resets the request. It
-// writes once per request.
+// writeTraffic writes the answer of a traffic rule; writeRejection calls it for them.
 func (g *Gateway) writeTraffic(ctx *fasthttp.RequestCtx, x *exchange, r *rejection) {
-	if x.trafficWritten {
-		return
-	}
-	x.trafficWritten = true
 	h := &ctx.Response.Header
 	switch r {
 	case ansRedirect:
@@ -544,15 +538,10 @@ func (c *corsRules) allowedOrigin(origin []byte) []byte {
 // bytes: SetCanonical and PeekCanonical skip the copy and normalisation of fasthttp's other
 // setters.
 func (c *corsRules) actual(h *fasthttp.ResponseHeader, req *fasthttp.RequestHeader) {
-	c.actualFor(h, req.PeekCanonical(hdrOrigin))
-}
-
-// actualFor is actual for the request's Origin value origin.
-func (c *corsRules) actualFor(h *fasthttp.ResponseHeader, origin []byte) {
 	if !c.anyOrigin {
 		h.AddBytesKV(hdrVary, hdrOrigin)
 	}
-	allow := c.allowedOrigin(origin)
+	allow := c.allowedOrigin(req.PeekCanonical(hdrOrigin))
 	if allow == nil {
 		return
 	}
